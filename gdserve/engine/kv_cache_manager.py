@@ -1,0 +1,73 @@
+"""Maps sequences to KV cache blocks: allocation, prefix-cache hits, and freeing."""
+from gdserve.engine.block_pool import BlockPool, hash_block
+from gdserve.engine.request import Sequence
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks)
+        self.num_queries = 0   # prompt tokens looked up in the prefix cache
+        self.num_hits = 0      # of those, tokens found
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.pool.num_free_blocks / self.num_blocks
+
+    def get_computed_blocks(self, seq: Sequence) -> list[int]:
+        """The longest run of cached full blocks that prefixes seq. At least one token is left
+        uncomputed, since the step that computes it produces the logits to sample from."""
+        if not self.enable_prefix_caching:
+            return []
+        seq.update_block_hashes(self.block_size, hash_block)
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        hits = []
+        for block_hash, key in seq.block_hashes[:max_blocks]:
+            block = self.pool.lookup(block_hash, key)
+            if block is None:
+                break
+            hits.append(block.block_id)
+        self.num_queries += seq.num_tokens
+        self.num_hits += len(hits) * self.block_size
+        return hits
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
+        """Grow seq's block table to hold num_new_tokens more tokens (after taking computed_blocks,
+        for a newly admitted sequence). False, with nothing changed, if the pool is too small."""
+        num_cached = len(computed_blocks) * self.block_size
+        total = max(seq.num_computed_tokens, num_cached) + num_new_tokens
+        num_needed = -(-total // self.block_size) - len(seq.block_table) - len(computed_blocks)
+        num_reclaimed = sum(1 for b in computed_blocks if self.pool.blocks[b].ref_cnt == 0)
+        if num_needed > self.pool.num_free_blocks - num_reclaimed:
+            return False
+        for block_id in computed_blocks:
+            self.pool.touch(self.pool.blocks[block_id])
+        seq.block_table.extend(computed_blocks)
+        seq.block_table.extend(self.pool.allocate().block_id for _ in range(num_needed))
+        return True
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register the blocks that seq's computed tokens have filled."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = seq.num_computed_tokens // self.block_size
+        seq.update_block_hashes(self.block_size, hash_block)
+        for i in range(seq.num_registered_blocks, num_full):
+            self.pool.register(self.pool.blocks[seq.block_table[i]], *seq.block_hashes[i])
+        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def free(self, seq: Sequence) -> None:
+        # Tail blocks first, so the free list evicts a prefix's end before its start.
+        for block_id in reversed(seq.block_table):
+            self.pool.free(self.pool.blocks[block_id])
+        seq.block_table.clear()
+        seq.num_registered_blocks = 0
+
+    def reset_prefix_cache(self) -> None:
+        self.pool.reset_prefix_cache()

@@ -1,0 +1,74 @@
+"""The offline API: batch generation on the engine, in the caller's thread."""
+from collections.abc import Sequence as SequenceABC
+
+from gdserve.config import EngineConfig
+from gdserve.engine.llm_engine import LLMEngine
+from gdserve.models.registry import DEFAULT_MODEL
+from gdserve.outputs import RequestOutput
+from gdserve.sampling_params import SamplingParams
+
+Prompt = str | dict  # a string, or {"prompt_token_ids": [...]} (optionally with "prompt")
+
+
+class LLM:
+    """`LLM(model="smollm2-135m-instruct", **engine_args)`; engine_args are EngineConfig fields."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, **engine_args):
+        self.engine = LLMEngine(EngineConfig.from_kwargs(model=model, **engine_args))
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(self, prompts: Prompt | list[Prompt],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        tokenized = [self._tokenize(p) for p in prompts]
+        return self._run(tokenized, self._params_per_prompt(sampling_params, len(prompts)))
+
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        tokenizer = self.engine.tokenizer
+        tokenized = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(conversation, chat_template=chat_template, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt,
+                                                 **(chat_template_kwargs or {}))
+            tokenized.append((text, tokenizer.encode(text, add_special_tokens=False)))
+        return self._run(tokenized, self._params_per_prompt(sampling_params, len(conversations)))
+
+    def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            return prompt, self.engine.tokenizer.encode(prompt)
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+        raise ValueError(f"prompt must be a string or a dict with 'prompt_token_ids', got {type(prompt).__name__}")
+
+    @staticmethod
+    def _params_per_prompt(params, num_prompts: int) -> list[SamplingParams]:
+        if params is None:
+            return [SamplingParams()] * num_prompts
+        if isinstance(params, SamplingParams):
+            return [params] * num_prompts
+        if not isinstance(params, SequenceABC) or len(params) != num_prompts:
+            raise ValueError("sampling_params must be one SamplingParams or a list with one per prompt")
+        return list(params)
+
+    def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
+        engine = self.engine
+        ids = []
+        try:
+            for (text, token_ids), p in zip(prompts, params):
+                ids.append(engine.add_request(token_ids, p, prompt=text))
+        except ValueError:
+            for request_id in ids:
+                engine.abort_request(request_id)
+            raise
+        finished: dict[str, RequestOutput] = {}
+        while len(finished) < len(ids):
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+        return [finished[i] for i in ids]

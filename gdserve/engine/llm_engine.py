@@ -1,0 +1,227 @@
+"""The engine core: admit requests, step the batch, sample, detokenize, finish."""
+import itertools
+
+import torch
+
+from gdserve.config import EngineConfig
+from gdserve.engine.detokenizer import IncrementalDetokenizer
+from gdserve.engine.kv_cache_manager import KVCacheManager
+from gdserve.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
+from gdserve.engine.request import Sequence
+from gdserve.engine.sampler import Sampler, SamplingBatch
+from gdserve.engine.scheduler import Scheduler
+from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
+from gdserve.outputs import CompletionOutput, RequestOutput
+from gdserve.sampling_params import SamplingParams
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.device, self.dtype = config.torch_device(), config.torch_dtype()
+        torch.manual_seed(config.seed)
+        path = resolve_model(config.model)
+        self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format)
+        self.tokenizer = load_tokenizer(resolve_model(config.tokenizer) if config.tokenizer else path)
+        self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
+        self.max_model_len = self._max_model_len()
+        num_blocks = self._num_kv_blocks()
+        self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
+                                  self.device, self.dtype)
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
+        self.sampler = Sampler()
+        self.requests: dict[str, list[Sequence]] = {}
+        self.prompts: dict[str, str | None] = {}
+        self._ids = itertools.count()
+
+    # ---- admission -------------------------------------------------------------------------
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None, prompt: str | None = None) -> str:
+        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id in self.requests:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        max_tokens = self._check_prompt(prompt_token_ids, params)
+        seqs = [self._new_sequence(request_id, i, prompt_token_ids, params, max_tokens)
+                for i in range(params.n)]
+        if self.config.enable_prefix_caching:
+            for sibling in seqs[1:]:
+                sibling.leader = seqs[0]
+        self.requests[request_id] = seqs
+        self.prompts[request_id] = prompt
+        for seq in seqs:
+            self.scheduler.add(seq)
+        return request_id
+
+    def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Validate the prompt against the model and the cache; return the resolved max_tokens."""
+        num_prompt = len(prompt_token_ids)
+        if num_prompt == 0:
+            raise ValueError("prompt is empty: at least one token is needed")
+        vocab = self.model_config.vocab_size
+        bad = [t for t in prompt_token_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        if num_prompt >= self.max_model_len:
+            raise ValueError(f"prompt has {num_prompt} tokens; max_model_len is {self.max_model_len}, "
+                             "which must leave room for at least one generated token")
+        max_tokens = params.max_tokens or self.max_model_len - num_prompt
+        if num_prompt + max_tokens > self.max_model_len:
+            raise ValueError(f"max_tokens {max_tokens} + prompt {num_prompt} tokens exceeds "
+                             f"max_model_len {self.max_model_len}")
+        capacity = self.kv_cache.num_blocks * self.config.block_size
+        if num_prompt + max_tokens > capacity:
+            raise ValueError(f"request needs {num_prompt + max_tokens} KV cache slots but the cache "
+                             f"holds {capacity}; raise kv_cache_memory or lower max_tokens")
+        return max_tokens
+
+    def _new_sequence(self, request_id: str, index: int, prompt_token_ids: list[int],
+                      params: SamplingParams, max_tokens: int) -> Sequence:
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(self.device).manual_seed(params.seed + index)
+        detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens,
+                                             params.stop or [], params.include_stop_str_in_output)
+        return Sequence(request_id, index, list(prompt_token_ids), len(prompt_token_ids), params,
+                        max_tokens, detokenizer, generator)
+
+    def abort_request(self, request_id: str) -> None:
+        for seq in self.requests.pop(request_id, []):
+            if not seq.is_finished:
+                seq.finish_reason = "abort"
+                self.scheduler.finish(seq)
+        self.prompts.pop(request_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the loop --------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one batch; return an output for each request that gained a token or finished."""
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return []
+        sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
+                       if seq.num_computed_tokens + n == seq.num_tokens]
+        logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows)
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            seq.num_computed_tokens += n
+            self.kv_cache.cache_full_blocks(seq)
+        sampled = [batch.seqs[i] for i in sample_rows]
+        if sampled:
+            self._sample_and_append(sampled, logits)
+        return self._collect_outputs(sampled)
+
+    def _sample_and_append(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        stop_ids_until_min = [self._min_tokens_stop_ids(s) for s in seqs]
+        batch = SamplingBatch.build([s.params for s in seqs],
+                                    [s.token_ids[:s.num_prompt_tokens] for s in seqs],
+                                    [s.output_token_ids for s in seqs],
+                                    [s.generator for s in seqs], stop_ids_until_min,
+                                    logits.shape[-1], logits.device)
+        out = self.sampler(logits, batch)
+        token_ids = out.token_ids.tolist()
+        logprobs = out.logprobs.tolist() if out.logprobs is not None else None
+        top = None
+        if out.top_logprobs is not None:
+            top = (out.top_logprobs[0].tolist(), out.top_logprobs[1].tolist())
+        for row, (seq, token_id) in enumerate(zip(seqs, token_ids)):
+            if logprobs is not None:
+                self._record_logprobs(seq, token_id, logprobs[row], top, row)
+            self._append_token(seq, token_id)
+
+    def _min_tokens_stop_ids(self, seq: Sequence) -> set[int]:
+        if seq.num_output_tokens >= seq.params.min_tokens:
+            return set()
+        return set(self.eos_token_ids) | set(seq.params.stop_token_ids or ())
+
+    def _record_logprobs(self, seq: Sequence, token_id: int, logprob: float, top, row: int) -> None:
+        seq.cumulative_logprob += logprob
+        if seq.params.logprobs is None:
+            return
+        entry = {token_id: logprob}
+        if top is not None:
+            k = seq.params.logprobs
+            entry.update((t, lp) for t, lp in zip(top[0][row][:k], top[1][row][:k]) if t not in entry)
+        seq.logprobs.append(entry)
+
+    def _append_token(self, seq: Sequence, token_id: int) -> None:
+        seq.token_ids.append(token_id)
+        params = seq.params
+        if token_id in self.eos_token_ids and not params.ignore_eos:
+            self._finish(seq, "stop")
+            return
+        if params.stop_token_ids and token_id in params.stop_token_ids:
+            self._finish(seq, "stop", token_id)
+            return
+        seq.text += seq.detokenizer.append(token_id) or ""
+        if seq.detokenizer.stop_reason is not None:
+            self._finish(seq, "stop", seq.detokenizer.stop_reason)
+        elif seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
+            self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        seq.text += seq.detokenizer.flush()
+        self.scheduler.finish(seq)
+
+    def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        request_ids = dict.fromkeys(s.request_id for s in seqs)
+        outputs = []
+        for request_id in request_ids:
+            out = self.request_output(request_id)
+            outputs.append(out)
+            if out.finished:
+                del self.requests[request_id], self.prompts[request_id]
+        return outputs
+
+    def request_output(self, request_id: str) -> RequestOutput:
+        seqs = self.requests[request_id]
+        completions = [CompletionOutput(
+            index=s.index, text=s.text, token_ids=s.output_token_ids, finish_reason=s.finish_reason,
+            stop_reason=s.stop_reason,
+            cumulative_logprob=s.cumulative_logprob if s.params.logprobs is not None else None,
+            logprobs=s.logprobs if s.params.logprobs is not None else None) for s in seqs]
+        first = seqs[0]
+        return RequestOutput(request_id, self.prompts[request_id], first.token_ids[:first.num_prompt_tokens],
+                             completions, finished=all(s.is_finished for s in seqs),
+                             num_cached_tokens=first.num_cached_tokens)
+
+    # ---- sizing ----------------------------------------------------------------------------
+    def _max_model_len(self) -> int:
+        limit = self.model_config.max_position_embeddings
+        if self.config.max_model_len is None:
+            return limit
+        if self.config.max_model_len > limit:
+            raise ValueError(f"max_model_len {self.config.max_model_len} exceeds the model's "
+                             f"max_position_embeddings {limit}")
+        return self.config.max_model_len
+
+    def _num_kv_blocks(self) -> int:
+        per_block = kv_cache_bytes_per_block(self.model_config, self.config.block_size, self.dtype)
+        if self.device.type == "cuda":
+            budget = self._profile_cuda_budget()
+        else:
+            budget = self.config.kv_cache_memory
+        num_blocks = budget // per_block
+        if num_blocks < 1:
+            raise ValueError(f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes")
+        return num_blocks
+
+    def _profile_cuda_budget(self) -> int:
+        """gpu_memory_utilization x device memory, minus weights and the peak of a forward over a
+        full token budget (run on a throwaway cache just big enough for it)."""
+        num_tokens = min(self.config.max_num_batched_tokens, self.max_model_len)
+        bs = self.config.block_size
+        seq = Sequence("profile", 0, [0] * num_tokens, num_tokens, SamplingParams(), 1, None, None)
+        seq.block_table = list(range(-(-num_tokens // bs)))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        runner = ModelRunner(self.model, self.model_config, len(seq.block_table), bs, self.device, self.dtype)
+        runner.execute([seq], [num_tokens], [0])
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        del runner
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return int(total * self.config.gpu_memory_utilization) - peak

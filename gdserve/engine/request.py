@@ -1,0 +1,70 @@
+"""Per-sequence state. A request with n > 1 fans out into n Sequences (one per sample)."""
+import enum
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from gdserve.engine.detokenizer import IncrementalDetokenizer
+from gdserve.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    index: int                    # which of the request's n samples
+    token_ids: list[int]          # prompt + output so far
+    num_prompt_tokens: int
+    params: SamplingParams
+    max_tokens: int               # resolved (params.max_tokens may be None)
+    detokenizer: IncrementalDetokenizer | None
+    generator: torch.Generator | None
+    extra_keys: tuple = ()        # mixed into block hashes (e.g. a LoRA id)
+    # The sample that computes the shared prompt; siblings wait for it to hit its prefix blocks.
+    leader: "Sequence | None" = None
+    status: SequenceStatus = SequenceStatus.WAITING
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[tuple[int, tuple]] = field(default_factory=list)  # of full blocks, in order
+    num_computed_tokens: int = 0
+    num_registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
+    num_cached_tokens: int = 0    # prompt tokens served by the prefix cache at admission
+    num_preemptions: int = 0
+    text: str = ""                # detokenized output released so far (stop strings cut)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    stop_reason: int | str | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    @property
+    def is_prefilled(self) -> bool:
+        return self.num_computed_tokens >= self.num_prompt_tokens
+
+    def update_block_hashes(self, block_size: int, hash_fn) -> None:
+        """Extend block_hashes over the full blocks of token_ids (tokens only ever append)."""
+        for i in range(len(self.block_hashes), self.num_tokens // block_size):
+            parent = self.block_hashes[-1][0] if self.block_hashes else None
+            chunk = tuple(self.token_ids[i * block_size:(i + 1) * block_size])
+            self.block_hashes.append(hash_fn(parent, chunk, self.extra_keys))

@@ -1,0 +1,228 @@
+"""Batched sampling over the logits of the rows sampled this step.
+
+Order: logit_bias -> min_tokens masking -> penalties -> (logprobs) -> greedy argmax, or
+temperature -> top_k -> top_p -> min_p -> exponential-race sampling. A feature no row uses is None
+in the SamplingBatch and costs nothing, so an all-greedy batch is one argmax.
+"""
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from gdserve.sampling_params import SamplingParams
+
+# Temperatures below this are treated as greedy (dividing by them would overflow).
+_GREEDY_TEMPERATURE = 1e-5
+
+
+@dataclass
+class RepetitionPenalty:
+    """HF semantics over prompt + output tokens: divide positive logits, multiply negative ones."""
+    rows: torch.Tensor      # [R] rows of the batch that use it
+    penalty: torch.Tensor   # [R, 1]
+    seen: torch.Tensor      # [R, V] bool: token occurs in the prompt or the output
+
+
+@dataclass
+class FrequencyPresencePenalty:
+    """OpenAI semantics over output tokens: logit -= frequency * count + presence * (count > 0)."""
+    rows: torch.Tensor      # [R]
+    frequency: torch.Tensor  # [R, 1]
+    presence: torch.Tensor  # [R, 1]
+    counts: torch.Tensor    # [R, V] float: occurrences in the output
+
+
+@dataclass
+class SamplingBatch:
+    sample_rows: torch.Tensor                # [S] rows sampled at random; the others take the argmax
+    temperature: torch.Tensor                # [S, 1]
+    top_k: torch.Tensor | None               # [S] (vocab size where off); None: no row uses it
+    max_top_k: int                           # largest top_k in use (0 if none)
+    top_p: torch.Tensor | None               # [S] (1.0 where off)
+    min_p: torch.Tensor | None               # [S] (0.0 where off)
+    seeded: list[tuple[int, torch.Generator]]  # (index into sample_rows, its generator)
+    all_seeded: bool
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # rows, token ids, values
+    min_tokens_mask: tuple[torch.Tensor, torch.Tensor] | None          # rows, token ids
+    repetition: RepetitionPenalty | None
+    frequency_presence: FrequencyPresencePenalty | None
+    max_num_logprobs: int | None             # None: no row wants logprobs
+
+    @classmethod
+    def build(cls, params: list[SamplingParams], prompt_token_ids: list[list[int]],
+              output_token_ids: list[list[int]], generators: list[torch.Generator | None],
+              stop_ids_until_min: list[set[int]], vocab_size: int,
+              device: torch.device | str) -> "SamplingBatch":
+        sampled = [i for i, p in enumerate(params) if p.temperature >= _GREEDY_TEMPERATURE]
+        sp = [params[i] for i in sampled]
+        top_ks = [p.top_k for p in sp if 0 < p.top_k < vocab_size]
+        seeded = [(j, generators[i]) for j, i in enumerate(sampled) if generators[i] is not None]
+        logprobs = [p.logprobs for p in params if p.logprobs is not None]
+        return cls(
+            sample_rows=_long(sampled, device),
+            temperature=torch.tensor([p.temperature for p in sp], device=device).unsqueeze(1),
+            top_k=(_long([p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in sp], device)
+                   if top_ks else None),
+            max_top_k=max(top_ks, default=0),
+            top_p=(torch.tensor([p.top_p for p in sp], device=device)
+                   if any(p.top_p < 1 for p in sp) else None),
+            min_p=(torch.tensor([p.min_p for p in sp], device=device)
+                   if any(p.min_p > 0 for p in sp) else None),
+            seeded=seeded,
+            all_seeded=len(seeded) == len(sampled),
+            logit_bias=_logit_bias(params, device),
+            min_tokens_mask=_min_tokens_mask(stop_ids_until_min, device),
+            repetition=_repetition(params, prompt_token_ids, output_token_ids, vocab_size, device),
+            frequency_presence=_frequency_presence(params, output_token_ids, vocab_size, device),
+            max_num_logprobs=max(logprobs) if logprobs else None,
+        )
+
+
+def _long(values: list[int], device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long, device=device)
+
+
+def _logit_bias(params: list[SamplingParams], device) -> tuple[torch.Tensor, ...] | None:
+    entries = [(row, token, bias) for row, p in enumerate(params)
+               for token, bias in (p.logit_bias or {}).items()]
+    if not entries:
+        return None
+    rows, tokens, biases = zip(*entries)
+    return _long(rows, device), _long(tokens, device), torch.tensor(biases, device=device)
+
+
+def _min_tokens_mask(stop_ids_until_min: list[set[int]], device) -> tuple[torch.Tensor, ...] | None:
+    entries = [(row, token) for row, ids in enumerate(stop_ids_until_min) for token in ids]
+    if not entries:
+        return None
+    rows, tokens = zip(*entries)
+    return _long(rows, device), _long(tokens, device)
+
+
+def _token_counts(token_ids: list[list[int]], vocab_size: int, device) -> torch.Tensor:
+    """[R, V] float occurrence counts: one accumulating scatter of the concatenated ids."""
+    flat = _long(list(itertools.chain.from_iterable(token_ids)), device)
+    rows = torch.repeat_interleave(torch.arange(len(token_ids), device=device),
+                                   _long([len(ids) for ids in token_ids], device))
+    counts = torch.zeros(len(token_ids), vocab_size, device=device)
+    return counts.index_put_((rows, flat), torch.ones_like(flat, dtype=counts.dtype), accumulate=True)
+
+
+def _repetition(params, prompt_token_ids, output_token_ids, vocab_size, device) -> RepetitionPenalty | None:
+    rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    if not rows:
+        return None
+    ids = [prompt_token_ids[i] + output_token_ids[i] for i in rows]
+    return RepetitionPenalty(
+        rows=_long(rows, device),
+        penalty=torch.tensor([params[i].repetition_penalty for i in rows], device=device).unsqueeze(1),
+        seen=_token_counts(ids, vocab_size, device) > 0)
+
+
+def _frequency_presence(params, output_token_ids, vocab_size, device) -> FrequencyPresencePenalty | None:
+    rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0 or p.presence_penalty != 0]
+    if not rows:
+        return None
+    return FrequencyPresencePenalty(
+        rows=_long(rows, device),
+        frequency=torch.tensor([params[i].frequency_penalty for i in rows], device=device).unsqueeze(1),
+        presence=torch.tensor([params[i].presence_penalty for i in rows], device=device).unsqueeze(1),
+        counts=_token_counts([output_token_ids[i] for i in rows], vocab_size, device))
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: torch.Tensor                  # [N] long
+    logprobs: torch.Tensor | None            # [N] float: log-prob of the sampled token
+    top_logprobs: tuple[torch.Tensor, torch.Tensor] | None  # ids [N, k], log-probs [N, k], descending
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
+        """logits: [N, V] float32; modified in place."""
+        logits = self.process_logits(logits, batch)
+        # Logprobs describe the processed distribution before temperature and truncation
+        # (what the model, with the request's biases and penalties, assigns to each token).
+        logprobs = torch.log_softmax(logits, dim=-1) if batch.max_num_logprobs is not None else None
+        token_ids = logits.argmax(dim=-1)
+        if batch.sample_rows.numel():
+            token_ids[batch.sample_rows] = self.sample(logits[batch.sample_rows], batch)
+        return SamplerOutput(token_ids, *_gather_logprobs(logprobs, token_ids, batch.max_num_logprobs))
+
+    @staticmethod
+    def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        if batch.logit_bias is not None:
+            rows, tokens, biases = batch.logit_bias
+            logits.index_put_((rows, tokens), biases, accumulate=True)
+        if batch.min_tokens_mask is not None:
+            logits[batch.min_tokens_mask] = float("-inf")
+        if batch.repetition is not None:
+            rep = batch.repetition
+            sub = logits[rep.rows]
+            penalized = torch.where(sub > 0, sub / rep.penalty, sub * rep.penalty)
+            logits[rep.rows] = torch.where(rep.seen, penalized, sub)
+        if batch.frequency_presence is not None:
+            fp = batch.frequency_presence
+            logits[fp.rows] -= fp.frequency * fp.counts + fp.presence * (fp.counts > 0)
+        return logits
+
+    @staticmethod
+    def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        """logits: [S, V] of the sampled rows -> [S] token ids."""
+        logits = logits / batch.temperature
+        if batch.top_p is not None:
+            logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
+        elif batch.top_k is not None:
+            logits = _top_k(logits, batch.top_k, batch.max_top_k)
+        probs = torch.softmax(logits, dim=-1)
+        if batch.min_p is not None:
+            top = probs.amax(dim=-1, keepdim=True)
+            probs = probs.masked_fill(probs < batch.min_p.unsqueeze(1) * top, 0.0)
+        # Exponential race: argmax(p_i / E_i), E_i ~ Exp(1), picks i with probability p_i / sum(p).
+        noise = _exponential_noise(probs, batch)
+        return (probs / noise).argmax(dim=-1)
+
+
+def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:
+    """Keep each row's top_k largest logits (ties with the k-th are kept) without a full sort."""
+    values = logits.topk(max_top_k, dim=-1).values                 # [S, max_top_k], descending
+    kth = values.gather(1, (top_k.clamp(max=max_top_k) - 1).unsqueeze(1))
+    kth = kth.masked_fill((top_k >= logits.shape[1]).unsqueeze(1), float("-inf"))  # top_k off
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor) -> torch.Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    rank = torch.arange(logits.shape[1], device=logits.device)
+    if top_k is not None:
+        sorted_logits = sorted_logits.masked_fill(rank >= top_k.unsqueeze(1), float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    # Drop a token once the tokens ranked above it already hold top_p of the mass (so the first
+    # always stays); rows with top_p == 1 are left alone, whatever rounding does to the cumsum.
+    drop = (mass_before > top_p.unsqueeze(1)) & (top_p < 1).unsqueeze(1)
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def _exponential_noise(probs: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Exp(1) noise [S, V]. A seeded row draws exactly V values from its own generator each step,
+    so its tokens do not depend on what else is in the batch; the others share the default RNG."""
+    noise = torch.empty_like(probs)
+    if not batch.all_seeded:
+        noise.exponential_()
+    for row, generator in batch.seeded:
+        noise[row].exponential_(generator=generator)
+    # A draw of exactly 0 would turn a zero-probability token's 0/0 into NaN.
+    return noise.clamp_min_(torch.finfo(noise.dtype).tiny)
+
+
+def _gather_logprobs(logprobs: torch.Tensor | None, token_ids: torch.Tensor,
+                     max_num_logprobs: int | None) -> tuple:
+    if logprobs is None:
+        return None, None
+    sampled = logprobs.gather(1, token_ids.unsqueeze(1)).squeeze(1)
+    if max_num_logprobs == 0:
+        return sampled, None
+    top = logprobs.topk(max_num_logprobs, dim=-1)
+    return sampled, (top.indices, top.values)

@@ -1,0 +1,69 @@
+"""`gdserve generate ...` and `gdserve bench throughput ...`."""
+import argparse
+import sys
+
+from gdserve.models.registry import DEFAULT_MODEL
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
+                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
+                gpu_memory_utilization=args.gpu_memory_utilization,
+                enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from gdserve import LLM, SamplingParams
+    print(f"loading {args.model} ...", file=sys.stderr, flush=True)
+    llm = LLM(args.model, **engine_kwargs(args))
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+    if args.chat:
+        outputs = llm.chat([{"role": "user", "content": args.chat}], params)
+    else:
+        outputs = llm.generate(args.prompt, params)
+    for out in outputs:
+        print(out.outputs[0].text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="gdserve")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate offline from a prompt or a chat message")
+    gen.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt")
+    what.add_argument("--chat", help="one user message, formatted with the model's chat template")
+    gen.add_argument("--max-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int)
+    add_engine_args(gen)
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    from gdserve.bench.throughput import add_throughput_parser
+    add_throughput_parser(bench, add_engine_args)
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except ValueError as e:
+        parser.exit(2, f"gdserve: error: {e}\n")
+
+
+if __name__ == "__main__":
+    main()

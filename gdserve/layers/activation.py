@@ -1,0 +1,10 @@
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SiluAndMul(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [T, 2 * I] (gate then up) -> [T, I]"""
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up

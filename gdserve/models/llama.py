@@ -1,0 +1,172 @@
+"""Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2): the differences are config-driven.
+Tokens are flat ([T], no batch dim); attention goes through the paged KV cache."""
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gdserve.layers.activation import SiluAndMul
+from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.layers.norm import RMSNorm
+from gdserve.layers.rotary import RotaryEmbedding
+from gdserve.models.config import ModelConfig
+
+# Our fused projection -> the HF checkpoint projections stacked in it, in order.
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+_SHARD_OF = {hf: (fused, i) for fused, hfs in _FUSED.items() for i, hf in enumerate(hfs)}
+
+
+class MergedLinear(nn.Linear):
+    """Several projections of the same input stacked on the output dim: one matmul."""
+
+    def __init__(self, in_features: int, shard_sizes: list[int], bias: bool):
+        super().__init__(in_features, sum(shard_sizes), bias=bias)
+        self.shard_sizes = shard_sizes
+
+    def shard(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
+        """The rows of this layer's weight or bias that belong to shard `index`."""
+        return tensor.narrow(0, sum(self.shard_sizes[:index]), self.shard_sizes[index])
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, rotary_emb: RotaryEmbedding):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = MergedLinear(config.hidden_size, [self.q_size, self.kv_size, self.kv_size],
+                                     bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
+        self.rotary_emb = rotary_emb  # shared by all layers
+        self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim,
+                              scale=self.head_dim ** -0.5)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor,
+                meta: AttentionMetadata) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)     # [T, H, D]
+        k = k.view(-1, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, meta))      # attn: [T, H * D]
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        inter = config.intermediate_size
+        self.gate_up_proj = MergedLinear(config.hidden_size, [inter, inter], bias=config.mlp_bias)
+        self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, rotary_emb: RotaryEmbedding):
+        super().__init__()
+        self.self_attn = LlamaAttention(config, rotary_emb)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (this layer's MLP output, the residual stream before it); the next norm adds them."""
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, meta)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
+                                     config.rope_theta, config.rope_scaling)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, rotary_emb)
+                                    for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                meta: AttentionMetadata) -> torch.Tensor:
+        x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, meta)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        # Tied: the embedding module itself, so the tie survives to_empty() and .to().
+        self.lm_head = (self.model.embed_tokens if config.tie_word_embeddings
+                        else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions: [T] -> final-normed hidden states [T, hidden]."""
+        return self.model(input_ids, positions, meta)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] -> [N, vocab] float32"""
+        return F.linear(hidden, self.lm_head.weight).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named checkpoint tensors in (cast to our dtype and device); every expected
+        name must come exactly once and no other."""
+        expected = self._checkpoint_names()
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if name.endswith("rotary_emb.inv_freq"):  # old checkpoints save this buffer
+                continue
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue  # some tied checkpoints repeat the embedding here
+            if name not in expected:
+                raise ValueError(f"unexpected weight {name!r} for {self.config.architecture}")
+            if name in loaded:
+                raise ValueError(f"weight {name!r} appears twice in the checkpoint")
+            target = self._target(name)
+            if target.shape != tensor.shape:
+                raise ValueError(f"weight {name!r}: checkpoint shape {tuple(tensor.shape)}, "
+                                 f"model expects {tuple(target.shape)}")
+            with torch.no_grad():
+                target.copy_(tensor)
+            loaded.add(name)
+        missing = sorted(expected - loaded)
+        if missing:
+            raise ValueError(f"checkpoint lacks {len(missing)} weights: {', '.join(missing[:8])}"
+                             + (", ..." if len(missing) > 8 else ""))
+
+    def _checkpoint_names(self) -> set[str]:
+        """Our parameter names with each fused projection split back into its HF ones."""
+        names = set()
+        for name, _ in self.named_parameters():
+            module_path, _, attr = name.rpartition(".")
+            parent, _, leaf = module_path.rpartition(".")
+            if leaf in _FUSED:
+                names.update(f"{parent}.{hf_leaf}.{attr}" for hf_leaf in _FUSED[leaf])
+            else:
+                names.add(name)
+        return names
+
+    def _target(self, name: str) -> torch.Tensor:
+        """The parameter (or the slice of a fused one) that checkpoint tensor `name` fills."""
+        module_path, _, attr = name.rpartition(".")
+        parent, _, leaf = module_path.rpartition(".")
+        if leaf not in _SHARD_OF:
+            return self.get_parameter(name)
+        fused, index = _SHARD_OF[leaf]
+        module = self.get_submodule(f"{parent}.{fused}")
+        return module.shard(getattr(module, attr), index)

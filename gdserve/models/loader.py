@@ -1,0 +1,160 @@
+"""Find a model (alias, HF-format directory, or GGUF file), convert GGUF once into a cached HF-format
+directory, and build our model from it."""
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+
+from gdserve.layers.rotary import RotaryEmbedding
+from gdserve.models.config import ModelConfig
+from gdserve.models.llama import LlamaForCausalLM
+from gdserve.models.registry import ALIASES
+
+logger = logging.getLogger(__name__)
+LOAD_FORMATS = ("auto", "dummy")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GDSERVE_CACHE") or Path.home() / ".cache" / "gdserve")
+
+
+def resolve_model(name: str) -> Path:
+    """An alias, an HF-format directory or a .gguf file -> an HF-format directory
+    (config.json, *.safetensors, tokenizer files)."""
+    if name in ALIASES:
+        return _converted(ALIASES[name].path())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path} is not an HF-format model directory: no config.json")
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        return _converted(path)
+    raise ValueError(f"unknown model {name!r}: expected an alias ({', '.join(ALIASES)}), "
+                     "an HF-format directory (config.json + *.safetensors), or a .gguf file")
+
+
+def _gguf_key(gguf: Path) -> str:
+    """Size plus the first and last MiB (header and metadata, and some tensor data): cheap,
+    and stable when the same file is reinstalled elsewhere."""
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as f:
+        digest.update(f.read(1 << 20))
+        f.seek(max(size - (1 << 20), 0))
+        digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def _converted(gguf: Path) -> Path:
+    out = cache_root() / f"{gguf.stem}-{_gguf_key(gguf)}"
+    if out.is_dir():  # only ever created complete, by the rename below
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        logger.info("converting %s to an HF-format directory %s (once)", gguf, out)
+        _export_hf_dir(gguf, tmp)
+        tmp.chmod(0o755)  # mkdtemp made it private
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not out.is_dir():
+                raise  # else another process finished the same conversion first
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _export_hf_dir(gguf: Path, dst: Path) -> None:
+    from transformers import AutoModelForCausalLM  # heavy; only needed on first use of a GGUF
+
+    # transformers dequantizes every tensor to fp32 (needs the gguf and accelerate packages).
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    # save_pretrained refuses a "gguf-quantized" model, though its weights are plain fp32 now.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    model.save_pretrained(dst)  # config.json, model.safetensors, generation_config.json
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(dst)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+               load_format: str = "auto") -> tuple[LlamaForCausalLM, ModelConfig]:
+    """Build our model from an HF-format directory. load_format "dummy" needs only config.json
+    and fills deterministic random weights (benchmarks with real shapes)."""
+    if load_format not in LOAD_FORMATS:
+        raise ValueError(f"load_format {load_format!r}: expected one of {', '.join(LOAD_FORMATS)}")
+    path = Path(path)
+    config = ModelConfig.from_hf(AutoConfig.from_pretrained(path))
+    model = _build(config, dtype, device)
+    if load_format == "dummy":
+        _init_dummy(model)
+    else:
+        model.load_weights(_safetensors_weights(path))
+    return model.eval(), config
+
+
+def _build(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> LlamaForCausalLM:
+    """Uninitialized weights: loading or dummy init fills them all, and a random init of
+    SmolLM2 alone costs 1.6 s on CPU."""
+    with torch.device("meta"), _default_dtype(dtype):
+        model = LlamaForCausalLM(config)
+    model.to_empty(device=device)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            module.reset_parameters()  # a computed cache, not a weight
+    return model
+
+
+def _safetensors_weights(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    for file in files:
+        with safe_open(file, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+@torch.no_grad()
+def _init_dummy(model: LlamaForCausalLM, seed: int = 0) -> None:
+    generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, 0.02, generator=generator)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_eos_token_ids(path: str | Path, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """The tokenizer's EOS plus generation_config.json's eos_token_id (an int or a list)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen_file = Path(path) / "generation_config.json"
+    if gen_file.is_file():
+        eos = json.loads(gen_file.read_text()).get("eos_token_id")
+        ids.update([eos] if isinstance(eos, int) else eos or [])
+    return ids

@@ -1,0 +1,95 @@
+"""Per-request sampling parameters, with vLLM's names and defaults."""
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    n: int = 1
+    max_tokens: int | None = 16             # None: up to max_model_len (the engine resolves it)
+    temperature: float = 1.0                # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0                          # 0 or -1: off (-1 is normalized to 0)
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None     # normalized to list[str]
+    stop_token_ids: list[int] | None = None  # normalized to list[int]
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None             # number of top logprobs; 0: only the sampled token's
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.top_k == -1:
+            self.top_k = 0
+        if self.logit_bias is not None:
+            self.logit_bias = _normalize_logit_bias(self.logit_bias)
+        self._validate()
+
+    def _validate(self) -> None:
+        _check(self.n >= 1, "n", ">= 1", self.n)
+        if self.max_tokens is not None:
+            _check(self.max_tokens >= 1, "max_tokens", ">= 1 (or None)", self.max_tokens)
+        _check(self.temperature >= 0, "temperature", ">= 0", self.temperature)
+        _check(0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
+        _check(self.top_k >= 0, "top_k", "-1, 0 (off) or a positive integer", self.top_k)
+        _check(0 <= self.min_p <= 1, "min_p", "in [0, 1]", self.min_p)
+        _check(-2 <= self.presence_penalty <= 2, "presence_penalty", "in [-2, 2]", self.presence_penalty)
+        _check(-2 <= self.frequency_penalty <= 2, "frequency_penalty", "in [-2, 2]", self.frequency_penalty)
+        _check(self.repetition_penalty > 0, "repetition_penalty", "> 0", self.repetition_penalty)
+        _check(self.min_tokens >= 0, "min_tokens", ">= 0", self.min_tokens)
+        if self.max_tokens is not None:
+            _check(self.min_tokens <= self.max_tokens, "min_tokens",
+                   f"<= max_tokens ({self.max_tokens})", self.min_tokens)
+        if self.logprobs is not None:
+            _check(0 <= self.logprobs <= 20, "logprobs", "in [0, 20] (or None)", self.logprobs)
+        for s in self.stop:
+            _check(isinstance(s, str) and s != "", "stop", "non-empty strings", s)
+        for t in self.stop_token_ids:
+            _check(isinstance(t, int) and t >= 0, "stop_token_ids", "non-negative integers", t)
+        for token_id, bias in (self.logit_bias or {}).items():
+            _check(-100 <= bias <= 100, f"logit_bias[{token_id}]", "in [-100, 100]", bias)
+
+
+def _check(ok: bool, field: str, accepted: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"{field} must be {accepted}, got {value!r}")
+
+
+def _normalize_logit_bias(logit_bias: dict) -> dict[int, float]:
+    """JSON object keys are strings: accept "123" as token id 123."""
+    out = {}
+    for key, bias in logit_bias.items():
+        if isinstance(key, str) and key.strip().isdigit():
+            key = int(key)
+        _check(isinstance(key, int) and not isinstance(key, bool) and key >= 0,
+               "logit_bias keys", "non-negative token ids (int or digit strings)", key)
+        _check(isinstance(bias, (int, float)) and not isinstance(bias, bool),
+               f"logit_bias[{key}]", "a number in [-100, 100]", bias)
+        out[key] = float(bias)
+    return out
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
+_dataclass_init = SamplingParams.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self, *args, **kwargs) -> None:
+    # The dataclass __init__ would raise TypeError; the API layer turns ValueError into HTTP 400.
+    unknown = sorted(kwargs.keys() - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown sampling parameter(s) {', '.join(unknown)}; "
+                         f"accepted: {', '.join(_FIELDS)}")
+    _dataclass_init(self, *args, **kwargs)
+
+
+SamplingParams.__init__ = _init

@@ -1,0 +1,1 @@
+"""Constraint compilers (installed as gdserve.grammar): regex, choice, JSON Schema, Lark CFG."""

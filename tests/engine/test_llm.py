@@ -1,0 +1,226 @@
+"""The offline engine against HF transformers `generate` on the same weights, plus batching,
+prefix caching, preemption, seeding, stop handling and argument checks."""
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from gdserve import LLM, SamplingParams
+from gdserve.engine.model_runner import kv_cache_bytes_per_block
+from gdserve.models.config import ModelConfig
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "List three colors:",
+    "1, 2, 3, 4,",
+    "The quick brown fox",
+    "In machine learning, a transformer is",
+    "Q: What is 12 times 12?\nA:",
+    "Paris, London, Berlin,",
+    "import numpy as np\n",
+    "The best way to learn a language is",
+    "Water boils at",
+    "Dear Sir or Madam, I am writing to",
+    "A haiku about autumn:\n",
+    "SELECT * FROM",
+    "The mitochondria is the powerhouse of",
+]
+
+
+def hf_greedy(model_dir, prompt_ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    outs = []
+    for ids in prompt_ids:
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=max_new_tokens,
+                                 eos_token_id=None, pad_token_id=0)
+        outs.append(out[0, len(ids):].tolist())
+    return outs
+
+
+def assert_no_leaks(llm: LLM) -> None:
+    engine = llm.engine
+    assert not engine.has_unfinished_requests()
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
+    assert all(b.ref_cnt == 0 for b in engine.kv_cache.pool.blocks)
+
+
+def greedy(max_tokens, **kw) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw)
+
+
+def run_staggered(llm: LLM, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    """Requests arrive over several steps, joining a batch that is already decoding."""
+    engine = llm.engine
+    pending = list(enumerate(prompt_ids))
+    results: dict[str, list[int]] = {}
+    order = []
+    step = 0
+    while pending or engine.has_unfinished_requests():
+        for _ in range(min(step % 3 + 1, len(pending))):
+            i, ids = pending.pop(0)
+            order.append(engine.add_request(ids, params, request_id=f"s{i}"))
+        for out in engine.step():
+            if out.finished:
+                results[out.request_id] = out.outputs[0].token_ids
+        step += 1
+    return [results[r] for r in order]
+
+
+# ---- tiny random-weight GQA Llama -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_llm(tiny_llama_dir):
+    return LLM(str(tiny_llama_dir), max_num_batched_tokens=64, kv_cache_memory=1 << 22, block_size=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_prompts():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in torch.randint(1, 40, (16,), generator=g)]
+
+
+@pytest.fixture(scope="module")
+def tiny_expected(tiny_llama_dir, tiny_prompts):
+    return hf_greedy(tiny_llama_dir, tiny_prompts, 24)
+
+
+def test_tiny_single_prompts_match_hf(tiny_llm, tiny_prompts, tiny_expected):
+    for ids, expected in zip(tiny_prompts[:4], tiny_expected[:4]):
+        out = tiny_llm.generate({"prompt_token_ids": ids}, greedy(24))[0]
+        assert out.outputs[0].token_ids == expected
+    assert_no_leaks(tiny_llm)
+
+
+def test_tiny_staggered_batch_matches_hf(tiny_llm, tiny_prompts, tiny_expected):
+    assert run_staggered(tiny_llm, tiny_prompts, greedy(24)) == tiny_expected
+    assert_no_leaks(tiny_llm)
+
+
+def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_expected):
+    # 16 blocks of 4 tokens: 16 requests of up to 63 tokens cannot all fit at once.
+    per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
+                                         4, torch.float32)
+    small = LLM(str(tiny_llama_dir), max_num_batched_tokens=64, kv_cache_memory=16 * per_block,
+                block_size=4, max_model_len=64)
+    assert small.engine.kv_cache.num_blocks == 16
+    outs = small.generate([{"prompt_token_ids": ids} for ids in tiny_prompts], greedy(24))
+    assert [o.outputs[0].token_ids for o in outs] == tiny_expected
+    assert small.engine.scheduler.num_preemptions > 0
+    assert_no_leaks(small)
+
+
+def test_prefix_cache_hit_same_output_fewer_computed_tokens(tiny_llm, tiny_prompts):
+    tiny_llm.engine.kv_cache.reset_prefix_cache()
+    prefix = tiny_prompts[0] + tiny_prompts[1] + tiny_prompts[2]
+    first = tiny_llm.generate({"prompt_token_ids": prefix + [5, 6]}, greedy(8))[0]
+    again = tiny_llm.generate({"prompt_token_ids": prefix + [5, 6]}, greedy(8))[0]
+    assert first.num_cached_tokens == 0
+    assert again.num_cached_tokens >= (len(prefix) // 4) * 4 - 4 > 0
+    assert again.outputs[0].token_ids == first.outputs[0].token_ids
+    no_cache = LLM(str(tiny_llm.engine.config.model), kv_cache_memory=1 << 22, block_size=4,
+                   enable_prefix_caching=False)
+    assert no_cache.generate({"prompt_token_ids": prefix + [5, 6]}, greedy(8))[0].outputs[0].token_ids == \
+        first.outputs[0].token_ids
+    assert_no_leaks(tiny_llm)
+
+
+def test_n_samples_share_prompt_blocks(tiny_llm, tiny_prompts):
+    tiny_llm.engine.kv_cache.reset_prefix_cache()
+    prompt = tiny_prompts[3] + tiny_prompts[4] + tiny_prompts[5]
+    out = tiny_llm.generate({"prompt_token_ids": prompt}, SamplingParams(n=3, max_tokens=6, seed=1))[0]
+    assert [o.index for o in out.outputs] == [0, 1, 2]
+    assert all(len(o.token_ids) == 6 for o in out.outputs)
+    assert len({tuple(o.token_ids) for o in out.outputs}) > 1
+    engine = tiny_llm.engine
+    assert engine.kv_cache.num_hits >= 2 * (len(prompt) - 1) // 4 * 4
+    assert_no_leaks(tiny_llm)
+
+
+def test_seeded_sampling_reproducible_across_batch_compositions(tiny_llm, tiny_prompts):
+    seeded = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, seed=1234, ignore_eos=True)
+    alone = tiny_llm.generate({"prompt_token_ids": tiny_prompts[0]}, seeded)[0].outputs[0].token_ids
+    others = [SamplingParams(max_tokens=m, temperature=1.0, ignore_eos=True) for m in (3, 20, 7)]
+    mixed = tiny_llm.generate([{"prompt_token_ids": p} for p in tiny_prompts[1:4]] +
+                              [{"prompt_token_ids": tiny_prompts[0]}], others + [seeded])
+    assert mixed[-1].outputs[0].token_ids == alone
+    assert_no_leaks(tiny_llm)
+
+
+def test_logprobs_are_returned_per_token(tiny_llm, tiny_prompts):
+    out = tiny_llm.generate({"prompt_token_ids": tiny_prompts[2]}, greedy(5, logprobs=3))[0].outputs[0]
+    assert len(out.logprobs) == 5
+    for token_id, entry in zip(out.token_ids, out.logprobs):
+        assert token_id in entry and 3 <= len(entry) <= 4
+        assert entry[token_id] == max(entry.values())  # greedy picks the most likely token
+    assert out.cumulative_logprob == pytest.approx(sum(e[t] for t, e in zip(out.token_ids, out.logprobs)), abs=1e-4)
+
+
+def test_max_tokens_and_finish_reasons(tiny_llm, tiny_prompts):
+    out = tiny_llm.generate({"prompt_token_ids": tiny_prompts[1]}, greedy(3))[0]
+    assert out.finished and out.outputs[0].finish_reason == "length" and len(out.outputs[0].token_ids) == 3
+    first = out.outputs[0].token_ids[0]
+    stopped = tiny_llm.generate({"prompt_token_ids": tiny_prompts[1]},
+                                greedy(3, stop_token_ids=[first]))[0].outputs[0]
+    assert stopped.finish_reason == "stop" and stopped.stop_reason == first and stopped.token_ids == [first]
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(max_tokens=0), "max_tokens"), (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(bogus=1), "bogus"),
+])
+def test_bad_sampling_params_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_bad_requests_are_rejected_without_leaking(tiny_llm):
+    with pytest.raises(ValueError, match="max_model_len"):
+        tiny_llm.generate({"prompt_token_ids": [5] * tiny_llm.engine.max_model_len}, greedy(4))
+    with pytest.raises(ValueError, match="max_tokens"):
+        tiny_llm.generate({"prompt_token_ids": [5, 6]}, greedy(tiny_llm.engine.max_model_len))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tiny_llm.generate({"prompt_token_ids": [5, 100000]}, greedy(4))
+    with pytest.raises(ValueError, match="empty"):
+        tiny_llm.generate({"prompt_token_ids": []}, greedy(4))
+    with pytest.raises(ValueError, match="unknown engine argument"):
+        LLM("whatever", max_num_sequences=3)
+    assert_no_leaks(tiny_llm)
+
+
+# ---- SmolLM2-135M-Instruct (the default model) ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smol_llm(smollm2_dir):
+    return LLM(str(smollm2_dir), kv_cache_memory=256 << 20)
+
+
+@pytest.fixture(scope="module")
+def smol_prompt_ids(smol_llm):
+    tok = smol_llm.get_tokenizer()
+    return [tok.encode(p) for p in PROMPTS]
+
+
+def test_smollm2_staggered_batch_matches_hf(smol_llm, smollm2_dir, smol_prompt_ids):
+    expected = hf_greedy(smollm2_dir, smol_prompt_ids, 16)
+    single = smol_llm.generate({"prompt_token_ids": smol_prompt_ids[0]}, greedy(16))[0]
+    assert single.outputs[0].token_ids == expected[0]
+    assert run_staggered(smol_llm, smol_prompt_ids, greedy(16)) == expected
+    assert_no_leaks(smol_llm)
+
+
+def test_smollm2_chat_and_stop_strings(smol_llm):
+    messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
+    full = smol_llm.chat(messages, SamplingParams(max_tokens=40, temperature=0.0))[0].outputs[0]
+    assert full.finish_reason in ("stop", "length") and full.text
+    # Pick a stop string from the middle of the greedy text: the output must end right before it.
+    stop = full.text[len(full.text) // 2:len(full.text) // 2 + 3]
+    cut = smol_llm.chat(messages, SamplingParams(max_tokens=40, temperature=0.0, stop=[stop]))[0].outputs[0]
+    assert cut.finish_reason == "stop" and cut.stop_reason == stop
+    assert cut.text == full.text[:full.text.index(stop)]
+    kept = smol_llm.chat(messages, SamplingParams(max_tokens=40, temperature=0.0, stop=[stop],
+                                                  include_stop_str_in_output=True))[0].outputs[0]
+    assert kept.text == full.text[:full.text.index(stop) + len(stop)]
+    assert_no_leaks(smol_llm)

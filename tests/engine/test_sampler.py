@@ -1,0 +1,239 @@
+import math
+
+import pytest
+import torch
+from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+from gdserve.engine.sampler import Sampler, SamplingBatch
+from gdserve.sampling_params import SamplingParams
+
+V = 64
+EOS = 2
+# Probabilities of a 10-token vocabulary, in descending order, for the support tests.
+PROBS = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.005, 0.003, 0.002])
+
+
+def build(params, prompts=None, outputs=None, generators=None, stop_until_min=None, vocab=V):
+    n = len(params)
+    return SamplingBatch.build(params, prompts or [[] for _ in range(n)], outputs or [[] for _ in range(n)],
+                               generators or [None] * n, stop_until_min or [set() for _ in range(n)],
+                               vocab, "cpu")
+
+
+def sample(logits, params, **kw):
+    return Sampler()(logits.clone(), build(params, vocab=logits.shape[1], **kw))
+
+
+def random_logits(n, vocab=V, seed=0):
+    return torch.randn(n, vocab, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def support(logits_row, params, num=4000):
+    torch.manual_seed(0)
+    out = sample(logits_row.expand(num, -1), [params] * num)
+    return set(out.token_ids.tolist())
+
+
+def test_greedy_is_argmax():
+    logits = random_logits(8)
+    out = sample(logits, [SamplingParams(temperature=0)] * 8)
+    assert torch.equal(out.token_ids, logits.argmax(-1))
+    assert out.logprobs is None and out.top_logprobs is None
+
+
+def test_plain_greedy_batch_builds_no_feature():
+    b = build([SamplingParams(temperature=0, top_k=5, top_p=0.5)] * 3)
+    assert b.sample_rows.numel() == 0
+    assert b.logit_bias is None and b.min_tokens_mask is None and b.repetition is None
+    assert b.frequency_presence is None and b.max_num_logprobs is None
+
+
+def test_plain_sampled_batch_skips_truncation():
+    b = build([SamplingParams(temperature=0.7)] * 3)
+    assert b.top_k is None and b.top_p is None and b.min_p is None
+
+
+def test_no_sort_without_top_p(monkeypatch):
+    def no_sort(*args, **kwargs):
+        raise AssertionError("sorted the vocabulary")
+    monkeypatch.setattr(torch.Tensor, "sort", no_sort)
+    params = [SamplingParams(top_k=5), SamplingParams(min_p=0.1), SamplingParams(),
+              SamplingParams(temperature=0)]
+    out = sample(random_logits(4), params)
+    assert out.token_ids.shape == (4,)
+
+
+def test_top_k_1_is_greedy():
+    logits = random_logits(16)
+    out = sample(logits, [SamplingParams(temperature=1.5, top_k=1)] * 16)
+    assert torch.equal(out.token_ids, logits.argmax(-1))
+
+
+def test_greedy_rows_unaffected_by_sampled_rows():
+    logits = random_logits(6)
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_p=0.5, logit_bias={3: 50}),
+              SamplingParams(temperature=0), SamplingParams(temperature=2.0, top_k=3, repetition_penalty=1.5),
+              SamplingParams(temperature=0.5, min_p=0.1, presence_penalty=1.0), SamplingParams(temperature=0)]
+    outputs = [[1, 2], [3], [4, 4], [5], [6, 7], []]
+    for seed in range(5):
+        torch.manual_seed(seed)
+        out = sample(logits, params, outputs=outputs)
+        for row in (0, 2, 5):
+            assert out.token_ids[row] == logits[row].argmax()
+
+
+def run_seeded(row_logits, params, seed, others, position, steps=20):
+    """Sample `steps` tokens for one seeded row placed at `position` among `others`."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = []
+    for step in range(steps):
+        rows = others[:position] + [params] + others[position:]
+        logits = torch.cat([random_logits(position, seed=100 + step), row_logits[step:step + 1],
+                            random_logits(len(others) - position, seed=200 + step)])
+        gens = [None] * len(rows)
+        gens[position] = gen
+        for i, p in enumerate(rows):
+            if p.seed is not None and i != position:
+                gens[i] = torch.Generator().manual_seed(p.seed + step)
+        torch.manual_seed(1000 + step)
+        tokens.append(sample(logits, rows, generators=gens).token_ids[position].item())
+    return tokens
+
+
+def test_seeded_row_independent_of_batch():
+    row_logits = random_logits(20, seed=7)
+    params = SamplingParams(temperature=1.0, top_p=0.95, seed=123)
+    alone = run_seeded(row_logits, params, 123, [], 0)
+    others = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5),
+              SamplingParams(temperature=1.2, seed=9), SamplingParams(temperature=1.0, min_p=0.2)]
+    assert run_seeded(row_logits, params, 123, others, 2) == alone
+    assert run_seeded(row_logits, params, 123, others[:1], 1) == alone
+    assert run_seeded(row_logits, params, 123, others * 3, 5) == alone
+    assert run_seeded(row_logits, params, 124, others, 2) != alone
+
+
+@pytest.mark.parametrize("params, allowed", [
+    (SamplingParams(top_k=3), {0, 1, 2}),
+    (SamplingParams(top_p=0.7), {0, 1, 2}),
+    (SamplingParams(top_p=0.6), {0, 1}),
+    (SamplingParams(top_k=3, top_p=0.6), {0, 1}),  # top_p over the renormalized top 3
+    (SamplingParams(min_p=0.3), {0, 1, 2}),
+    (SamplingParams(min_p=0.2), {0, 1, 2, 3}),
+    (SamplingParams(temperature=0.5, top_k=4, min_p=0.1), {0, 1, 2}),  # min_p after temperature
+])
+def test_truncation_restricts_support(params, allowed):
+    assert support(PROBS.log(), params) == allowed
+
+
+def test_rows_without_truncation_keep_full_support_in_truncating_batch():
+    torch.manual_seed(0)
+    n = 6000
+    params = [SamplingParams(top_k=2), SamplingParams(top_p=0.3), SamplingParams()] * (n // 3)
+    out = sample(PROBS.log().expand(n, -1), params).token_ids.view(-1, 3)
+    assert set(out[:, 0].tolist()) == {0, 1}
+    assert set(out[:, 1].tolist()) == {0}
+    assert len(set(out[:, 2].tolist())) >= 8
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    expected = probs * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_matches_softmax(temperature):
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0])
+    n = 40000
+    out = sample(logits.expand(n, -1), [SamplingParams(temperature=temperature)] * n)
+    counts = torch.bincount(out.token_ids, minlength=8).float()
+    # 7 degrees of freedom: P(chi2 > 30) is about 1e-4.
+    assert chi_square(counts, torch.softmax(logits / temperature, -1)) < 30
+
+
+def test_seeded_sampling_matches_softmax():
+    logits = torch.tensor([[1.0, 0.0, -1.0, 0.5]])
+    gen = torch.Generator().manual_seed(5)
+    params = [SamplingParams(seed=5)]
+    sampler = Sampler()
+    tokens = [sampler(logits.clone(), build(params, generators=[gen], vocab=4)).token_ids.item()
+              for _ in range(3000)]
+    counts = torch.bincount(torch.tensor(tokens), minlength=4).float()
+    assert chi_square(counts, torch.softmax(logits[0], -1)) < 22  # 3 dof: P about 1e-4
+
+
+def test_repetition_penalty_matches_hf():
+    logits = random_logits(3)
+    prompts, outputs = [[1, 5, 9], [10, 11], [3]], [[5, 20, 20], [], [4, 63]]
+    params = [SamplingParams(repetition_penalty=1.3), SamplingParams(repetition_penalty=0.8),
+              SamplingParams()]
+    got = Sampler.process_logits(logits.clone(), build(params, prompts, outputs))
+    for row, p in enumerate(params):
+        ids = torch.tensor([prompts[row] + outputs[row]])
+        ref = RepetitionPenaltyLogitsProcessor(p.repetition_penalty)(ids, logits[row:row + 1].clone())
+        torch.testing.assert_close(got[row], ref[0])
+
+
+def test_presence_frequency_penalties_over_output_only():
+    logits = random_logits(2)
+    prompts, outputs = [[7, 7, 8], [1]], [[3, 3, 3, 9], [1, 2]]
+    params = [SamplingParams(presence_penalty=0.5, frequency_penalty=0.25),
+              SamplingParams(presence_penalty=-1.0)]
+    got = Sampler.process_logits(logits.clone(), build(params, prompts, outputs))
+    ref = logits.clone()
+    for row, p in enumerate(params):
+        for token in set(outputs[row]):
+            ref[row, token] -= p.frequency_penalty * outputs[row].count(token) + p.presence_penalty
+    torch.testing.assert_close(got, ref)
+
+
+def test_logit_bias_forces_and_blocks():
+    logits = random_logits(4)
+    top = logits.argmax(-1)
+    params = [SamplingParams(temperature=0, logit_bias={"17": 100}),
+              SamplingParams(temperature=0, logit_bias={int(top[1]): -100}),
+              SamplingParams(temperature=1.0, logit_bias={40: 100}),
+              SamplingParams(temperature=0)]
+    out = sample(logits, params).token_ids
+    assert out[0] == 17 and out[2] == 40 and out[3] == top[3]
+    assert out[1] != top[1]
+
+
+def test_min_tokens_blocks_stop_ids():
+    logits = random_logits(4)
+    logits[:, EOS] = logits[:, 9] = 100.0
+    params = [SamplingParams(temperature=0, min_tokens=3)] * 2 + [SamplingParams(min_tokens=3)] * 2
+    out = sample(logits, params, stop_until_min=[{EOS, 9}, set(), {EOS, 9}, set()]).token_ids
+    assert out[0] not in (EOS, 9) and out[2] not in (EOS, 9)
+    assert out[1] in (EOS, 9)
+
+
+def test_logprobs_and_top_logprobs():
+    logits = random_logits(4)
+    params = [SamplingParams(temperature=0, logprobs=3), SamplingParams(logprobs=0),
+              SamplingParams(temperature=0.5), SamplingParams(temperature=0, logprobs=5, logit_bias={1: 2.0})]
+    out = sample(logits, params)
+    processed = logits.clone()
+    processed[3, 1] += 2.0
+    ref = torch.log_softmax(processed, -1)  # before temperature: row 2's value is at temperature 1
+    torch.testing.assert_close(out.logprobs, ref.gather(1, out.token_ids[:, None]).squeeze(1))
+    ids, values = out.top_logprobs
+    assert ids.shape == values.shape == (4, 5)
+    assert torch.all(values[:, :-1] >= values[:, 1:])
+    torch.testing.assert_close(values, ref.gather(1, ids))
+    assert torch.equal(ids[:, 0], ref.argmax(-1))
+
+
+def test_logprobs_zero_gives_only_sampled():
+    out = sample(random_logits(2), [SamplingParams(logprobs=0), SamplingParams()])
+    assert out.logprobs.shape == (2,) and out.top_logprobs is None
+    assert torch.all(out.logprobs <= 0) and not torch.any(torch.isinf(out.logprobs))
+
+
+def test_logprob_of_masked_eos_is_minus_inf():
+    logits = random_logits(1)
+    out = sample(logits, [SamplingParams(temperature=0, logprobs=1)], stop_until_min=[{EOS}])
+    ids, values = out.top_logprobs
+    assert ids[0, 0] != EOS
+    lp = Sampler.process_logits(logits.clone(), build([SamplingParams()], stop_until_min=[{EOS}]))
+    assert math.isinf(lp[0, EOS]) and lp[0, EOS] < 0

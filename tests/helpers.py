@@ -1,0 +1,111 @@
+"""Shared test helpers: build tiny HF checkpoints, and drive our model through a paged KV cache
+the way the ModelRunner does."""
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
+
+from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.models.llama import LlamaForCausalLM
+
+# Specials at SmolLM2's ids, then the 256 byte-level tokens: vocab 259.
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TINY_LLAMA = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+
+
+@torch.no_grad()
+def save_random_hf_model(config: PretrainedConfig, path: Path, seed: int = 0):
+    """Save an HF model with every weight random, norms and biases included (HF's own init leaves
+    norms at 1 and biases at 0, which would hide mix-ups between them). Returns the HF model."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            param.normal_(1.0, 0.2)
+        else:
+            param.normal_(0.0, 0.1)
+    model.save_pretrained(path)
+    return model.eval()
+
+
+def save_byte_tokenizer(path: Path) -> None:
+    """A byte-level tokenizer without merges (every byte is a token): any text round-trips,
+    eos <|im_end|> = 2, bos <|im_start|> = 1."""
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                            pad_token="<|im_end|>").save_pretrained(path)
+
+
+def bind_kv_cache(model: LlamaForCausalLM, num_blocks: int, block_size: int) -> torch.Tensor:
+    """Allocate kv [2, layers, num_blocks, block_size, KVH, D] and bind it as the ModelRunner does."""
+    cfg = model.config
+    weight = model.lm_head.weight
+    attns = [m for m in model.modules() if isinstance(m, Attention)]
+    kv = torch.zeros(2, len(attns), num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
+                     dtype=weight.dtype, device=weight.device)
+    for i, attn in enumerate(attns):
+        attn.k_cache, attn.v_cache = kv[0, i], kv[1, i]
+    return kv
+
+
+def make_metadata(block_tables: list[list[int]], starts: list[int], query_lens: list[int],
+                  block_size: int, device: torch.device | str = "cpu"
+                  ) -> tuple[torch.Tensor, AttentionMetadata]:
+    """Sequence i adds tokens starts[i] .. starts[i] + query_lens[i] - 1. Decodes (query_len 1)
+    must come first. Returns (positions [T], metadata)."""
+    positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, query_lens)])
+    seq_of_token = torch.repeat_interleave(torch.arange(len(starts)), torch.tensor(query_lens))
+    width = max(map(len, block_tables))
+    tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32)
+    blocks = tables[seq_of_token, positions // block_size].long()
+    num_decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
+    meta = AttentionMetadata(
+        slot_mapping=(blocks * block_size + positions % block_size).to(device),
+        block_tables=tables.to(device),
+        query_lens=list(query_lens),
+        seq_lens=[s + q for s, q in zip(starts, query_lens)],
+        num_decodes=num_decodes,
+    )
+    return positions.to(device), meta
+
+
+def scattered_block_table(num_blocks: int) -> list[int]:
+    """Non-contiguous, descending blocks with gaps: 2n-1, ..., 3, 1 (cache needs 2n blocks)."""
+    return [2 * i + 1 for i in reversed(range(num_blocks))]
+
+
+@torch.no_grad()
+def run_chunks(model: LlamaForCausalLM, token_ids: list[int], chunk_sizes: list[int],
+               block_size: int = 4) -> torch.Tensor:
+    """Feed one sequence through a fresh paged cache in chunks (a prefill, later chunks, decodes of
+    size 1) over a scattered block table. Returns every token's logits [len(token_ids), V] fp32."""
+    assert sum(chunk_sizes) == len(token_ids)
+    table = scattered_block_table(-(-len(token_ids) // block_size))
+    bind_kv_cache(model, 2 * len(table), block_size)
+    device = model.lm_head.weight.device
+    logits, start = [], 0
+    for size in chunk_sizes:
+        positions, meta = make_metadata([table], [start], [size], block_size, device)
+        ids = torch.tensor(token_ids[start:start + size], device=device)
+        logits.append(model.compute_logits(model(ids, positions, meta)))
+        start += size
+    return torch.cat(logits)
+
+
+def run_prefill_and_decode(model: LlamaForCausalLM, token_ids: list[int], prompt_len: int,
+                           block_size: int = 4) -> torch.Tensor:
+    """Prefill the first prompt_len tokens in one step, then decode the rest one at a time."""
+    return run_chunks(model, token_ids, [prompt_len] + [1] * (len(token_ids) - prompt_len),
+                      block_size)
+
+
+@torch.no_grad()
+def hf_logits(hf_model, token_ids: list[int]) -> torch.Tensor:
+    """HF's full-sequence logits [L, V]; causal, so row i is the logits for the prefix [:i + 1]."""
+    return hf_model(torch.tensor([token_ids])).logits[0].float()
