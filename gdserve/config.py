@@ -1,10 +1,12 @@
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
 from gdserve.models.registry import DEFAULT_MODEL
+from gdserve.utils import reject_unknown_fields
 
 
+@reject_unknown_fields("engine argument")
 @dataclass
 class EngineConfig:
     model: str = DEFAULT_MODEL
@@ -31,14 +33,6 @@ class EngineConfig:
         _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
                f"must be 'auto' or one of {sorted(_DTYPES)}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
-
-    @classmethod
-    def from_kwargs(cls, **kwargs) -> "EngineConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ValueError(f"unknown engine argument(s) {unknown}; accepted: {sorted(names)}")
-        return cls(**kwargs)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

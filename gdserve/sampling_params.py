@@ -1,9 +1,10 @@
 """Per-request sampling parameters, with vLLM's names and defaults."""
-import dataclasses
-import functools
 from dataclasses import dataclass
 
+from gdserve.utils import reject_unknown_fields
 
+
+@reject_unknown_fields("sampling parameter")
 @dataclass(kw_only=True)
 class SamplingParams:
     n: int = 1
@@ -76,20 +77,3 @@ def _normalize_logit_bias(logit_bias: dict) -> dict[int, float]:
                f"logit_bias[{key}]", "a number in [-100, 100]", bias)
         out[key] = float(bias)
     return out
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
-_dataclass_init = SamplingParams.__init__
-
-
-@functools.wraps(_dataclass_init)
-def _init(self, *args, **kwargs) -> None:
-    # The dataclass __init__ would raise TypeError; the API layer turns ValueError into HTTP 400.
-    unknown = sorted(kwargs.keys() - set(_FIELDS))
-    if unknown:
-        raise ValueError(f"unknown sampling parameter(s) {', '.join(unknown)}; "
-                         f"accepted: {', '.join(_FIELDS)}")
-    _dataclass_init(self, *args, **kwargs)
-
-
-SamplingParams.__init__ = _init

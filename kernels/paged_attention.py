@@ -7,6 +7,8 @@ are the last query_len of those, so row j of a chunk may see keys up to seq_len 
 import torch
 import torch.nn.functional as F
 
+_DECODE_GROUP = 16
+
 
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     block_size = cache.shape[1]
@@ -15,55 +17,51 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> 
     return blocks.flatten(0, 1)[:seq_len]                      # [L, KVH, D]
 
 
-def _decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale):
+def _decode_attention(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
     """All rows are single-token decodes: one padded, masked SDPA for the whole batch."""
     num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
-    block_size = k_cache.shape[1]
-    max_len = int(seq_lens.max())
-    max_blocks = (max_len + block_size - 1) // block_size
-    table = block_tables[:, :max_blocks].long()
-    k = k_cache[table].flatten(1, 2)[:, :max_len]   # [S, L, KVH, D]
-    v = v_cache[table].flatten(1, 2)[:, :max_len]
-    group = num_heads // num_kv_heads
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_blocks = (max_len + block_size - 1) // block_size
+    blocks = block_tables[:, :num_blocks].flatten()
+    padded_len = num_blocks * block_size
+    k = k_cache.index_select(0, blocks).view(num_seqs, padded_len, num_kv_heads, head_dim)
+    v = v_cache.index_select(0, blocks).view(num_seqs, padded_len, num_kv_heads, head_dim)
     # The G query heads sharing a KV head take the place of the query length: no repeat of K/V.
-    q = q.view(num_seqs, num_kv_heads, group, head_dim)           # [S, KVH, G, D]
-    k = k.transpose(1, 2)                                         # [S, KVH, L, D]
-    v = v.transpose(1, 2)
-    valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(q.device)
-    mask = valid[:, None, None, :]                                # [S, 1, 1, L]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)   # [S, KVH, G, D]
+    valid = torch.arange(padded_len, device=q.device)[None, :] < seq_lens[:, None]
+    out = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),  # [S, KVH, L, D]
+                                         attn_mask=valid[:, None, None, :], scale=scale)
     return out.reshape(num_seqs, num_heads, head_dim)
 
 
 def _chunk_attention(q, k, v, scale):
     """q: [Q, H, D] are the last Q of the L positions in k/v: [L, KVH, D]."""
-    num_q, num_heads, _ = q.shape
-    seq_len, num_kv_heads, _ = k.shape
-    group = num_heads // num_kv_heads
-    qh = q.transpose(0, 1)                                             # [H, Q, D]
-    kh = k.transpose(0, 1).repeat_interleave(group, dim=0)             # [H, L, D]
-    vh = v.transpose(0, 1).repeat_interleave(group, dim=0)
+    num_q, seq_len = q.shape[0], k.shape[0]
+    # 4-D inputs take the CPU flash kernel; 3-D ones fall back to the (much slower) math path.
+    qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))      # [1, heads, len, D]
     if num_q == seq_len:
-        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True)
     else:
         rows = torch.arange(num_q, device=q.device)[:, None] + (seq_len - num_q)
         mask = torch.arange(seq_len, device=q.device)[None, :] <= rows  # [Q, L]
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
-    return out.transpose(0, 1)                                         # [Q, H, D]
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True)
+    return out[0].transpose(0, 1)                                       # [Q, H, D]
 
 
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    block_tables: torch.Tensor, query_lens: list[int], seq_lens: list[int],
-                    num_decodes: int, scale: float) -> torch.Tensor:
+                    block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor, query_lens: list[int],
+                    seq_lens: list[int], num_decodes: int, scale: float) -> torch.Tensor:
     """query: [T, H, D] flat; the first num_decodes sequences have exactly one query token.
     k_cache/v_cache: [num_blocks, block_size, KVH, D] (already holding the new tokens).
-    block_tables: [S, max_blocks] int32. Returns [T, H, D]."""
+    block_tables: [S, max_blocks] int32; seq_lens_tensor: [S] (seq_lens on the device).
+    Returns [T, H, D]."""
     out = torch.empty_like(query)
-    if num_decodes:
-        seq_lens_t = torch.tensor(seq_lens[:num_decodes], device=query.device)
-        out[:num_decodes] = _decode_attention(query[:num_decodes], k_cache, v_cache,
-                                              block_tables[:num_decodes], seq_lens_t, scale)
+    # Decodes go in groups, each padded to its own longest context: with the caller's decodes
+    # sorted by length, this halves the padded work of one batch-wide call.
+    for i in range(0, num_decodes, _DECODE_GROUP):
+        j = min(i + _DECODE_GROUP, num_decodes)
+        out[i:j] = _decode_attention(query[i:j], k_cache, v_cache, block_tables[i:j],
+                                     seq_lens_tensor[i:j], max(seq_lens[i:j]), scale)
     start = num_decodes
     for i in range(num_decodes, len(query_lens)):
         q_len, s_len = query_lens[i], seq_lens[i]

@@ -54,27 +54,6 @@ def bind_kv_cache(model: LlamaForCausalLM, num_blocks: int, block_size: int) -> 
     return kv
 
 
-def make_metadata(block_tables: list[list[int]], starts: list[int], query_lens: list[int],
-                  block_size: int, device: torch.device | str = "cpu"
-                  ) -> tuple[torch.Tensor, AttentionMetadata]:
-    """Sequence i adds tokens starts[i] .. starts[i] + query_lens[i] - 1. Decodes (query_len 1)
-    must come first. Returns (positions [T], metadata)."""
-    positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, query_lens)])
-    seq_of_token = torch.repeat_interleave(torch.arange(len(starts)), torch.tensor(query_lens))
-    width = max(map(len, block_tables))
-    tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32)
-    blocks = tables[seq_of_token, positions // block_size].long()
-    num_decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
-    meta = AttentionMetadata(
-        slot_mapping=(blocks * block_size + positions % block_size).to(device),
-        block_tables=tables.to(device),
-        query_lens=list(query_lens),
-        seq_lens=[s + q for s, q in zip(starts, query_lens)],
-        num_decodes=num_decodes,
-    )
-    return positions.to(device), meta
-
-
 def scattered_block_table(num_blocks: int) -> list[int]:
     """Non-contiguous, descending blocks with gaps: 2n-1, ..., 3, 1 (cache needs 2n blocks)."""
     return [2 * i + 1 for i in reversed(range(num_blocks))]
@@ -91,7 +70,7 @@ def run_chunks(model: LlamaForCausalLM, token_ids: list[int], chunk_sizes: list[
     device = model.lm_head.weight.device
     logits, start = [], 0
     for size in chunk_sizes:
-        positions, meta = make_metadata([table], [start], [size], block_size, device)
+        positions, meta = AttentionMetadata.build([table], [start], [size], block_size, device)
         ids = torch.tensor(token_ids[start:start + size], device=device)
         logits.append(model.compute_logits(model(ids, positions, meta)))
         start += size

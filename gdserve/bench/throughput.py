@@ -59,7 +59,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload}[args.workload]
     requests = make(n=args.num_requests) if args.num_requests else make()
     engine_args = engine_kwargs(args)
-    config = EngineConfig.from_kwargs(model=args.model, **engine_args)
+    config = EngineConfig(model=args.model, **engine_args)
     result = {"command": " ".join(["gdserve"] + sys.argv[1:]), "workload": args.workload,
               "num_requests": len(requests), "model": args.model, "device": str(config.torch_device()),
               "dtype": str(config.torch_dtype()), "torch_threads": torch.get_num_threads(),

@@ -14,7 +14,7 @@ class LLM:
     """`LLM(model="smollm2-135m-instruct", **engine_args)`; engine_args are EngineConfig fields."""
 
     def __init__(self, model: str = DEFAULT_MODEL, **engine_args):
-        self.engine = LLMEngine(EngineConfig.from_kwargs(model=model, **engine_args))
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_args))
 
     def get_tokenizer(self):
         return self.engine.tokenizer

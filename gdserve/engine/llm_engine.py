@@ -59,9 +59,11 @@ class LLMEngine:
         if num_prompt == 0:
             raise ValueError("prompt is empty: at least one token is needed")
         vocab = self.model_config.vocab_size
-        bad = [t for t in prompt_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        for what, ids in (("prompt token ids", prompt_token_ids), ("stop_token_ids", params.stop_token_ids),
+                          ("logit_bias token ids", params.logit_bias or ())):
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise ValueError(f"{what} {bad[:5]} are outside the vocabulary [0, {vocab})")
         if num_prompt >= self.max_model_len:
             raise ValueError(f"prompt has {num_prompt} tokens; max_model_len is {self.max_model_len}, "
                              "which must leave room for at least one generated token")
@@ -189,12 +191,12 @@ class LLMEngine:
 
     # ---- sizing ----------------------------------------------------------------------------
     def _max_model_len(self) -> int:
-        limit = self.model_config.max_position_embeddings
+        limit = self.model_config.max_model_len_cap  # positions, and the sliding window if any
         if self.config.max_model_len is None:
             return limit
         if self.config.max_model_len > limit:
-            raise ValueError(f"max_model_len {self.config.max_model_len} exceeds the model's "
-                             f"max_position_embeddings {limit}")
+            raise ValueError(f"max_model_len {self.config.max_model_len} exceeds what the model "
+                             f"supports ({limit} tokens)")
         return self.config.max_model_len
 
     def _num_kv_blocks(self) -> int:

@@ -33,32 +33,16 @@ class ModelRunner:
         return self.model.compute_logits(hidden[last_index[sample_rows]])
 
     def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int]):
-        # Attention wants single-token sequences first; last_index maps back to the caller's order.
-        order = sorted(range(len(seqs)), key=lambda i: num_new_tokens[i] != 1)
+        # Attention wants single-token sequences first (sorted by context length, which lets it
+        # group them with little padding); last_index maps back to the caller's order.
+        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
         seqs = [seqs[i] for i in order]
         num_new_tokens = [num_new_tokens[i] for i in order]
-        input_ids, positions, slots, seq_lens = [], [], [], []
-        for seq, n in zip(seqs, num_new_tokens):
-            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            input_ids.extend(seq.token_ids[start:end])
-            positions.extend(range(start, end))
-            slots.extend(self._slots(seq.block_table, start, end))
-            seq_lens.append(end)
-        max_blocks = max(len(s.block_table) for s in seqs)
-        block_tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
-        num_decodes = sum(1 for n in num_new_tokens if n == 1)
-        meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots, torch.int64),
-            block_tables=self._tensor(block_tables, torch.int32),
-            query_lens=list(num_new_tokens), seq_lens=seq_lens, num_decodes=num_decodes)
+        starts = [s.num_computed_tokens for s in seqs]
+        input_ids = [t for s, start, n in zip(seqs, starts, num_new_tokens) for t in s.token_ids[start:start + n]]
+        positions, meta = AttentionMetadata.build([s.block_table for s in seqs], starts, num_new_tokens,
+                                                  self.block_size, self.device)
         last_index = torch.empty(len(order), dtype=torch.int64)
         last_index[order] = torch.tensor(num_new_tokens).cumsum(0) - 1
-        return (self._tensor(input_ids, torch.int64), self._tensor(positions, torch.int64), meta,
-                last_index.to(self.device))
-
-    def _slots(self, block_table: list[int], start: int, end: int) -> list[int]:
-        bs = self.block_size
-        return [block_table[p // bs] * bs + p % bs for p in range(start, end)]
-
-    def _tensor(self, data, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
+        input_ids = torch.tensor(input_ids, dtype=torch.int64).to(self.device, non_blocking=True)
+        return input_ids, positions, meta, last_index.to(self.device)

@@ -183,6 +183,10 @@ def test_bad_requests_are_rejected_without_leaking(tiny_llm):
         tiny_llm.generate({"prompt_token_ids": [5, 6]}, greedy(tiny_llm.engine.max_model_len))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         tiny_llm.generate({"prompt_token_ids": [5, 100000]}, greedy(4))
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        tiny_llm.generate({"prompt_token_ids": [5]}, greedy(4, stop_token_ids=[10**6]))
+    with pytest.raises(ValueError, match="logit_bias"):
+        tiny_llm.generate({"prompt_token_ids": [5]}, greedy(4, logit_bias={10**6: 1.0}))
     with pytest.raises(ValueError, match="empty"):
         tiny_llm.generate({"prompt_token_ids": []}, greedy(4))
     with pytest.raises(ValueError, match="unknown engine argument"):

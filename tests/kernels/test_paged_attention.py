@@ -57,7 +57,7 @@ def test_mixed_batch_matches_naive(num_heads, num_kv_heads, head_dim):
     seq_lens = [1, 17, 33, 7, 16, 21]
     q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, num_heads, num_kv_heads, head_dim, 8)
     scale = head_dim ** -0.5
-    out = paged_attention(q, k_cache, v_cache, tables, query_lens, seq_lens, 3, scale)
+    out = paged_attention(q, k_cache, v_cache, tables, torch.tensor(seq_lens), query_lens, seq_lens, 3, scale)
     start = 0
     for q_len, (k, v) in zip(query_lens, dense):
         expected = naive_attention(q[start:start + q_len], k, v, scale)
@@ -68,7 +68,8 @@ def test_mixed_batch_matches_naive(num_heads, num_kv_heads, head_dim):
 def test_decode_only_and_prefill_only_batches():
     for query_lens, seq_lens, num_decodes in [([1, 1, 1], [5, 40, 16], 3), ([12, 3], [12, 30], 0)]:
         q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, 6, 2, 32, 16, seed=1)
-        out = paged_attention(q, k_cache, v_cache, tables, query_lens, seq_lens, num_decodes, 0.2)
+        out = paged_attention(q, k_cache, v_cache, tables, torch.tensor(seq_lens), query_lens, seq_lens,
+                              num_decodes, 0.2)
         start = 0
         for q_len, (k, v) in zip(query_lens, dense):
             torch.testing.assert_close(out[start:start + q_len], naive_attention(q[start:start + q_len], k, v, 0.2),

@@ -4,7 +4,8 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, MistralConfig, Qwen2Config
 
 from gdserve.models import load_model
-from tests.helpers import (TINY_LLAMA, bind_kv_cache, hf_logits, make_metadata, run_chunks,
+from gdserve.layers.attention import AttentionMetadata
+from tests.helpers import (TINY_LLAMA, bind_kv_cache, hf_logits, run_chunks,
                            run_prefill_and_decode, save_random_hf_model)
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -54,9 +55,9 @@ def test_mixed_batch_matches_separate_runs(pair):
     a, b, block_size = TOKENS[:9], TOKENS[3:], 4
     table_a, table_b = [5, 0, 3], [1, 4, 2, 6]
     bind_kv_cache(model, 8, block_size)
-    positions, meta = make_metadata([table_a], [0], [8], block_size)
+    positions, meta = AttentionMetadata.build([table_a], [0], [8], block_size)
     model(torch.tensor(a[:8]), positions, meta)
-    positions, meta = make_metadata([table_a, table_b], [8, 0], [1, len(b)], block_size)
+    positions, meta = AttentionMetadata.build([table_a, table_b], [8, 0], [1, len(b)], block_size)
     logits = model.compute_logits(model(torch.tensor([a[8]] + b), positions, meta))
     torch.testing.assert_close(logits[0], run_chunks(model, a, [8, 1])[-1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(logits[1:], run_chunks(model, b, [len(b)]), atol=1e-5, rtol=1e-5)

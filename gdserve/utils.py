@@ -1,0 +1,21 @@
+import dataclasses
+import functools
+
+
+def reject_unknown_fields(what: str):
+    """Class decorator for a dataclass: an unknown keyword raises ValueError naming it (the
+    dataclass __init__ raises TypeError), so the API layer can answer HTTP 400."""
+    def wrap(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            unknown = sorted(kwargs.keys() - set(names))
+            if unknown:
+                raise ValueError(f"unknown {what}(s) {', '.join(unknown)}; accepted: {', '.join(names)}")
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+        return cls
+    return wrap
