@@ -22,6 +22,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9   # share of device memory for weights + activations + KV on CUDA
     enable_prefix_caching: bool = True
     seed: int = 0
+    grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
+    grammar_compile_workers: int = 1         # processes compiling constraints off the engine loop
 
     def __post_init__(self):
         _check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
@@ -33,6 +35,8 @@ class EngineConfig:
         _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
                f"must be 'auto' or one of {sorted(_DTYPES)}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
+        _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
+        _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -6,7 +6,7 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None     # "stop" | "length" | "abort"; None while running
+    finish_reason: str | None = None     # "stop" | "length" | "abort" | "error"; None while running
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     cumulative_logprob: float | None = None
     logprobs: list[dict[int, float]] | None = None  # per token: {token_id: logprob}, sampled first
@@ -24,6 +24,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0           # prompt tokens served by the prefix cache
+    error: str | None = None             # why the request failed (e.g. its grammar did not compile)
     metrics: dict = field(default_factory=dict)
 
     @property

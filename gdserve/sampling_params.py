@@ -4,6 +4,43 @@ from dataclasses import dataclass
 from gdserve.utils import reject_unknown_fields
 
 
+@reject_unknown_fields("guided decoding parameter")
+@dataclass(kw_only=True)
+class GuidedDecodingParams:
+    """Exactly one constraint: a JSON Schema (dict, JSON string or pydantic model class), a regex,
+    a list of choices, or a Lark grammar."""
+    json: dict | str | type | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    whitespace_pattern: str | None = None   # json only: replaces the default bounded whitespace
+    lenient: bool = False                   # json only: relax unsupported keywords (reported)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.json, type) and hasattr(self.json, "model_json_schema"):
+            self.json = self.json.model_json_schema()
+        kinds = [k for k in _GUIDED_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"guided decoding takes exactly one of {', '.join(_GUIDED_KINDS)}; "
+                             f"got {', '.join(kinds) if kinds else 'none'}")
+        if self.whitespace_pattern is not None and self.json is None:
+            raise ValueError("whitespace_pattern applies to json constraints only")
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in _GUIDED_KINDS if getattr(self, k) is not None)
+
+    @property
+    def spec(self) -> dict | str | list[str]:
+        return getattr(self, self.kind)
+
+    def compile_options(self) -> dict:
+        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient} if self.kind == "json" else {}
+
+
+_GUIDED_KINDS = ("json", "regex", "choice", "grammar")
+
+
 @reject_unknown_fields("sampling parameter")
 @dataclass(kw_only=True)
 class SamplingParams:
@@ -25,6 +62,7 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None             # number of top logprobs; 0: only the sampled token's
     skip_special_tokens: bool = True
+    guided: GuidedDecodingParams | None = None  # constrain the output (JSON Schema, regex, ...)
 
     def __post_init__(self) -> None:
         self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -33,6 +71,10 @@ class SamplingParams:
             self.top_k = 0
         if self.logit_bias is not None:
             self.logit_bias = _normalize_logit_bias(self.logit_bias)
+        if isinstance(self.guided, dict):
+            self.guided = GuidedDecodingParams(**self.guided)
+        _check(self.guided is None or isinstance(self.guided, GuidedDecodingParams), "guided",
+               "a GuidedDecodingParams or a dict of its fields", self.guided)
         self._validate()
 
     def _validate(self) -> None:

@@ -1,1 +1,15 @@
-"""Constraint compilers (installed as gdserve.grammar): regex, choice, JSON Schema, Lark CFG."""
+"""Constraint compilers (installed as gdserve.grammar): regex, choice, JSON Schema, Lark CFG.
+
+    g = compile_grammar(kind, spec, tokenizer)      # "json" | "regex" | "choice" | "grammar"
+    m = g.matcher()                                 # one per sequence
+    bm = allocate_token_bitmask(batch, vocab_size)  # int32 [batch, ceil(V / 32)]
+    m.fill_next_token_bitmask(bm, row); m.accept_token(token_id); m.is_terminated(); m.rollback(n)
+
+CompileService (gdserve.grammar.service) compiles off the caller's thread, bounded and cached.
+"""
+from gdserve.grammar.compiler import compile_grammar
+from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.matcher import Grammar, Matcher
+from gdserve.kernels.bitmask import allocate_token_bitmask
+
+__all__ = ["compile_grammar", "allocate_token_bitmask", "GrammarError", "Grammar", "Matcher"]

@@ -58,10 +58,13 @@ class LLM:
 
     def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
         engine = self.engine
+        # Compile every constraint first (in parallel, cached): a bad one raises GrammarError here.
+        futures = [engine.guided.submit(p.guided) if p.guided is not None else None for p in params]
+        grammars = [f.result() if f is not None else None for f in futures]
         ids = []
         try:
-            for (text, token_ids), p in zip(prompts, params):
-                ids.append(engine.add_request(token_ids, p, prompt=text))
+            for (text, token_ids), p, grammar in zip(prompts, params, grammars):
+                ids.append(engine.add_request(token_ids, p, prompt=text, grammar=grammar))
         except ValueError:
             for request_id in ids:
                 engine.abort_request(request_id)

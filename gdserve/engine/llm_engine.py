@@ -1,16 +1,19 @@
 """The engine core: admit requests, step the batch, sample, detokenize, finish."""
 import itertools
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import torch
 
 from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
+from gdserve.engine.guided import GuidedDecoder
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
-from gdserve.engine.request import Sequence
+from gdserve.engine.request import Sequence, SequenceStatus
 from gdserve.engine.sampler import Sampler, SamplingBatch
 from gdserve.engine.scheduler import Scheduler
 from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
+from gdserve.grammar import Grammar
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
 
@@ -31,13 +34,20 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
+        self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
+                                    config.grammar_compile_timeout_s, config.grammar_compile_workers)
         self.requests: dict[str, list[Sequence]] = {}
         self.prompts: dict[str, str | None] = {}
+        self.errors: dict[str, str] = {}
+        self.compiling: dict[str, Future[Grammar]] = {}  # guided requests waiting for their grammar
         self._ids = itertools.count()
 
     # ---- admission -------------------------------------------------------------------------
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None, prompt: str | None = None) -> str:
+                    request_id: str | None = None, prompt: str | None = None,
+                    grammar: Grammar | None = None) -> str:
+        """Queue a request. A guided one whose compiled `grammar` is not given compiles in the
+        background while the engine keeps stepping; a compile error finishes it with an error."""
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
@@ -49,9 +59,32 @@ class LLMEngine:
                 sibling.leader = seqs[0]
         self.requests[request_id] = seqs
         self.prompts[request_id] = prompt
-        for seq in seqs:
-            self.scheduler.add(seq)
+        if params.guided is not None and grammar is None:
+            self.compiling[request_id] = self.guided.submit(params.guided)
+        else:
+            self._schedule(request_id, grammar)
         return request_id
+
+    def _schedule(self, request_id: str, grammar: Grammar | None) -> None:
+        for seq in self.requests[request_id]:
+            seq.matcher = grammar.matcher() if grammar is not None else None
+            self.scheduler.add(seq)
+
+    def _admit_compiled(self) -> list[RequestOutput]:
+        """Schedule the requests whose grammar is ready; fail those whose compile failed."""
+        failed = []
+        for request_id, future in list(self.compiling.items()):
+            if not future.done():
+                continue
+            del self.compiling[request_id]
+            if future.exception() is None:
+                self._schedule(request_id, future.result())
+                continue
+            self.errors[request_id] = str(future.exception())
+            for seq in self.requests[request_id]:
+                seq.finish_reason, seq.status = "error", SequenceStatus.FINISHED
+            failed.append(request_id)
+        return [self._pop_output(r) for r in failed]
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Validate the prompt against the model and the cache; return the resolved max_tokens."""
@@ -88,21 +121,29 @@ class LLMEngine:
                         max_tokens, detokenizer, generator)
 
     def abort_request(self, request_id: str) -> None:
+        self.compiling.pop(request_id, None)
         for seq in self.requests.pop(request_id, []):
             if not seq.is_finished:
                 seq.finish_reason = "abort"
                 self.scheduler.finish(seq)
         self.prompts.pop(request_id, None)
+        self.errors.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or bool(self.compiling)
+
+    def close(self) -> None:
+        self.guided.close()
 
     # ---- the loop --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one batch; return an output for each request that gained a token or finished."""
+        failed = self._admit_compiled()
         batch = self.scheduler.schedule()
         if batch.is_empty:
-            return []
+            if self.compiling and not failed:  # nothing to run until a grammar is ready
+                wait(self.compiling.values(), timeout=0.05, return_when=FIRST_COMPLETED)
+            return failed
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows)
@@ -111,8 +152,9 @@ class LLMEngine:
             self.kv_cache.cache_full_blocks(seq)
         sampled = [batch.seqs[i] for i in sample_rows]
         if sampled:
+            self.guided.apply_bitmask(logits, sampled)
             self._sample_and_append(sampled, logits)
-        return self._collect_outputs(sampled)
+        return failed + self._collect_outputs(sampled)
 
     def _sample_and_append(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         stop_ids_until_min = [self._min_tokens_stop_ids(s) for s in seqs]
@@ -133,7 +175,8 @@ class LLMEngine:
             self._append_token(seq, token_id)
 
     def _min_tokens_stop_ids(self, seq: Sequence) -> set[int]:
-        if seq.num_output_tokens >= seq.params.min_tokens:
+        # A guided sequence ends when its grammar says so: blocking EOS could leave no token.
+        if seq.num_output_tokens >= seq.params.min_tokens or seq.matcher is not None:
             return set()
         return set(self.eos_token_ids) | set(seq.params.stop_token_ids or ())
 
@@ -150,15 +193,21 @@ class LLMEngine:
     def _append_token(self, seq: Sequence, token_id: int) -> None:
         seq.token_ids.append(token_id)
         params = seq.params
-        if token_id in self.eos_token_ids and not params.ignore_eos:
+        if seq.matcher is not None and not seq.matcher.accept_token(token_id):
+            self.errors[seq.request_id] = f"token {token_id} was sampled outside the grammar's mask"
+            self._finish(seq, "error")
+            return
+        if token_id in self.eos_token_ids and (not params.ignore_eos or seq.matcher is not None):
             self._finish(seq, "stop")
             return
         if params.stop_token_ids and token_id in params.stop_token_ids:
             self._finish(seq, "stop", token_id)
             return
-        seq.text += seq.detokenizer.append(token_id) or ""
+        seq.text += seq.detokenizer.append(token_id)
         if seq.detokenizer.stop_reason is not None:
             self._finish(seq, "stop", seq.detokenizer.stop_reason)
+        elif seq.matcher is not None and seq.matcher.is_terminated():
+            self._finish(seq, "stop")
         elif seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
             self._finish(seq, "length")
 
@@ -168,14 +217,15 @@ class LLMEngine:
         self.scheduler.finish(seq)
 
     def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
-        request_ids = dict.fromkeys(s.request_id for s in seqs)
-        outputs = []
-        for request_id in request_ids:
-            out = self.request_output(request_id)
-            outputs.append(out)
-            if out.finished:
-                del self.requests[request_id], self.prompts[request_id]
-        return outputs
+        return [self._pop_output(r) for r in dict.fromkeys(s.request_id for s in seqs)]
+
+    def _pop_output(self, request_id: str) -> RequestOutput:
+        """The request's output; a finished request is forgotten."""
+        out = self.request_output(request_id)
+        if out.finished:
+            del self.requests[request_id], self.prompts[request_id]
+            self.errors.pop(request_id, None)
+        return out
 
     def request_output(self, request_id: str) -> RequestOutput:
         seqs = self.requests[request_id]
@@ -187,7 +237,7 @@ class LLMEngine:
         first = seqs[0]
         return RequestOutput(request_id, self.prompts[request_id], first.token_ids[:first.num_prompt_tokens],
                              completions, finished=all(s.is_finished for s in seqs),
-                             num_cached_tokens=first.num_cached_tokens)
+                             num_cached_tokens=first.num_cached_tokens, error=self.errors.get(request_id))
 
     # ---- sizing ----------------------------------------------------------------------------
     def _max_model_len(self) -> int:

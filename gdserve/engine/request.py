@@ -25,6 +25,7 @@ class Sequence:
     max_tokens: int               # resolved (params.max_tokens may be None)
     detokenizer: IncrementalDetokenizer | None
     generator: torch.Generator | None
+    matcher: object | None = None  # a gdserve.grammar Matcher for guided requests
     extra_keys: tuple = ()        # mixed into block hashes (e.g. a LoRA id)
     # The sample that computes the shared prompt; siblings wait for it to hit its prefix blocks.
     leader: "Sequence | None" = None

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     from gdserve.bench.throughput import add_throughput_parser
     add_throughput_parser(bench, add_engine_args)
+    from gdserve.bench.maskbench import add_maskbench_parser; add_maskbench_parser(bench)  # noqa: E702
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,16 @@
+"""The one error type of gdserve.grammar: a constraint that cannot be compiled or is unsupported."""
+
+
+class GrammarError(ValueError):
+    """A constraint spec that cannot be compiled; the message names the offending part.
+
+    The server turns it into HTTP 400.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self):
+        # Picklable across the compile worker pool with its message intact.
+        return (type(self), (self.message,))

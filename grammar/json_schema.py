@@ -1,0 +1,639 @@
+"""JSON Schema → regex, exact where it can be and loud where it can't.
+
+    regex, relaxed = schema_to_regex(schema, whitespace_pattern=None, lenient=False)
+
+The regex matches JSON texts (no leading/trailing whitespace) and is written in the dialect that
+both Python `re` and the Rust `regex` crate (outlines-core) read: no lookaround, backreferences,
+named groups or `\\d`/`\\w`/`\\s`; bounded repetitions are kept small.
+
+Soundness first: every text the regex accepts parses to an instance that the schema accepts
+(`jsonschema.Draft202012Validator`, formats checked). Completeness is best effort; these valid
+instances are deliberately left out:
+
+- Objects: properties come in the order of `properties` (then required names that `properties`
+  lacks, then additional properties). Without `additionalProperties` an object with `properties`
+  (or `required`) admits no other keys, as vLLM/outlines do: structured output wants only the
+  schema's fields. An object schema without `properties`/`required` admits any keys. Additional keys
+  never repeat a declared name (the key regex excludes every spelling of those names exactly).
+- Numbers: integers are written without fraction/exponent and zero never as "-0". Bounded numbers
+  are written without an exponent; next to an exclusive bound the fraction has at most
+  14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float parse can't round onto
+  the bound. Unbounded numbers take the full JSON syntax.
+- Strings: `\\uXXXX` is accepted for control and non-ASCII characters (not for printable ASCII);
+  under a `pattern`, `\\u` escapes are accepted for BMP characters only when the class is simple.
+- Unconstrained values (`{}`, `true`, a missing `items`, `additionalProperties: true`) are any JSON
+  value nested at most ANY_VALUE_DEPTH (2) containers deep; this is always listed in `relaxed`.
+- Upper bounds above the caps (STRING_LENGTH_CAP for `maxLength` and pattern repetitions,
+  ITEMS_CAP for `maxItems`) are lowered to the cap: a subset, recorded in
+  `compile_json_schema(...).narrowed`. Lower bounds above MAX_MIN_BOUND raise GrammarError.
+- `oneOf` is exact when its branches are provably disjoint (different types, different
+  `const`/`enum` values, disjoint numeric ranges, a required property with disjoint values, or
+  `additionalProperties: false` excluding the other branch's required key); otherwise it is
+  compiled as `anyOf` and listed in `relaxed` (in both modes).
+
+Supported: type, enum, const, minimum, maximum, exclusiveMinimum/exclusiveMaximum (numbers and
+draft-4 booleans), minLength, maxLength, pattern, format (date, time, date-time, email, uuid, uri,
+ipv4, ipv6, hostname), properties, required, additionalProperties, propertyNames (for maps),
+minProperties/maxProperties when implied or "at least one", items, prefixItems, items arrays +
+additionalItems (draft 7), minItems, maxItems, uniqueItems (small finite item sets, tuples of
+disjoint positions, maxItems <= 1), allOf (merged), anyOf, oneOf, $ref (local: "#", JSON
+pointers with ~0 ~1 and %-escapes, $anchor, the root $id, $id of embedded resources).
+Annotations (title, description, default, examples, ...) and unknown keywords are ignored.
+Unsupported keywords (multipleOf, not, if/then/else, patternProperties, dependentRequired,
+dependentSchemas, contains, unevaluated*, $dynamicRef, ...) raise GrammarError naming the keyword
+and its JSON pointer; with lenient=True they are dropped and listed in `relaxed` instead
+("keyword at /pointer"). Recursive schemas and remote refs raise GrammarError in both modes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json_formats import format_pattern
+from gdserve.grammar.json_schema_norm import (
+    _TYPES,
+    Normalizer,
+    _Alts,
+    _esc,
+    _json_equal,
+    _Node,
+    _show,
+    _Sub,
+    _value_types,
+)
+from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
+from gdserve.grammar.json_strings import (
+    CHAR,
+    Limits,
+    StringSpec,
+    chars,
+    complement,
+    encode_charset,
+    repeat,
+    string_literal,
+)
+
+ANY_VALUE_DEPTH = 2
+STRING_LENGTH_CAP = 256
+ITEMS_CAP = 64
+MAX_MIN_BOUND = 1000
+MAX_BRANCHES = 256
+UNIQUE_SEQUENCES_LIMIT = 2000
+
+# Whitespace between tokens. After "{", "[", "," and before "}", "]": one space/tab, or a newline
+# and an indent of up to 4 spaces/tabs per open container, at most INDENT_MAX (indent=4 to depth 6,
+# indent=2 to depth 12, tabs); around ":" and before "," one space or tab at most. Compact,
+# json.dumps() and json.dumps(indent=2/4) output all match; nothing loops. Bounding the indent by
+# depth keeps the DFA small (each bounded indent costs a state per column).
+INDENT_MAX = 24
+DEFAULT_WS_BREAK = r"(?:[ \t]?|\n[ \t]{0,24})"  # the deepest form
+DEFAULT_WS_INLINE = r"[ \t]?"
+
+_STRING_SCHEMA = {"type": "string"}
+_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_INTEGER = r"(?:0|-?[1-9][0-9]*)"
+
+
+@dataclass
+class JsonSchemaRegex:
+    regex: str
+    relaxed: list[str]  # what is not enforced exactly ("keyword at /pointer (note)")
+    narrowed: list[str]  # where the regex is stricter than the schema (lowered upper bounds)
+
+
+def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
+                    lenient: bool = False) -> tuple[str, list[str]]:
+    """Compile a JSON Schema to (regex, relaxed). See the module docstring for the exact contract."""
+    r = compile_json_schema(schema, whitespace_pattern, lenient)
+    return r.regex, r.relaxed
+
+
+def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | None = None,
+                        lenient: bool = False) -> JsonSchemaRegex:
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise GrammarError(f"schema is not valid JSON: {e}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise GrammarError(f"schema must be a JSON object or a boolean, not {type(schema).__name__}")
+    if whitespace_pattern is not None:
+        try:
+            re.compile(whitespace_pattern)
+        except re.error as e:
+            raise GrammarError(f"whitespace_pattern is not a valid regex: {e}") from None
+        ws_inline = ws_break = f"(?:{whitespace_pattern})"
+    else:
+        ws_inline, ws_break = DEFAULT_WS_INLINE, None
+    c = _Compiler(schema, ws_inline, ws_break, lenient)
+    rx = c.compile([_Sub(schema, "", frozenset())])
+    if rx is None:
+        raise GrammarError(c.unsat[0] if c.unsat else "schema is unsatisfiable: no JSON value matches it")
+    return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+
+
+def _frac_digits(d: Decimal) -> int:
+    exp = d.normalize().as_tuple().exponent
+    return max(0, -exp)
+
+
+def _num_literal(v) -> str:
+    """Regex for a JSON number equal to v (1 also as 1.0, 1.5 also as 1.50)."""
+    d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+    if d == 0:
+        return "0(?:\\.0+)?"
+    sign = "-" if d < 0 else ""
+    d = abs(d)
+    if d == d.to_integral_value():
+        return f"{sign}{int(d)}(?:\\.0+)?"
+    s = format(d.normalize(), "f")
+    ip, fp = s.split(".")
+    return f"{sign}{ip}\\.{fp}0*"
+
+
+class _Compiler(Normalizer):
+    def __init__(self, root, ws_inline: str, ws_break: str, lenient: bool, parent: "_Compiler | None" = None):
+        super().__init__(root, lenient, parent)
+        self.wsi = ws_inline
+        self._wsb = ws_break  # None: the default, bounded by nesting depth
+        self.depth = 0  # containers open around the value being compiled
+        self.memo: dict = {}
+        self._any: dict[tuple[int, int], str] = {}
+        self._nows: _Compiler | None = None
+
+    # ----------------------------------------------------------------------------- compiling
+
+    def compile(self, conj: list[_Sub], width: int = 1) -> str | None:
+        key = (self.depth, tuple((s.ptr, id(s.schema), s.skip) for s in conj))
+        if key in self.memo:
+            return self.memo[key]
+        res = self.normalize(conj)
+        if res is None:
+            out = None
+        elif isinstance(res, _Alts):
+            width *= len(res.conjs)
+            if width > MAX_BRANCHES:
+                raise GrammarError(f"anyOf/oneOf at {_show(res.ptr)}: more than {MAX_BRANCHES} combined "
+                                   "branches")
+            parts = [self.compile(c, width) for c in res.conjs]
+            if res.kind == "oneOf" and len(res.conjs) > 1 and not self._pairwise_disjoint(res.conjs):
+                self.relaxed.append(f"oneOf at {_show(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
+            parts = list(dict.fromkeys(p for p in parts if p is not None))
+            out = None if not parts else parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+        else:
+            out = self.compile_node(res)
+        self.memo[key] = out
+        return out
+
+    def compile_node(self, n: _Node) -> str | None:
+        if n.unconstrained():
+            return self.any_value(n.ptr)
+        if n.enum is not None:
+            return self._enum(n)
+        types = n.types if n.types is not None else set(_TYPES)
+        parts = []
+        if "null" in types:
+            parts.append("null")
+        if "boolean" in types:
+            parts.append("(?:true|false)")
+        if "integer" in types or "fraction" in types:
+            parts.append(self._number(n, types))
+        if "string" in types:
+            parts.append(self._string(n))
+        if "object" in types:
+            parts.append(self._object(n))
+        if "array" in types:
+            parts.append(self._array(n))
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable")
+            return None
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    @property
+    def wsb(self) -> str:
+        """Whitespace where a pretty printer breaks lines (after "{", "[", "," and before "}",
+        "]"): by default one space/tab, or a newline and up to 4 spaces/tabs per open container
+        (at most INDENT_MAX)."""
+        if self._wsb is not None:
+            return self._wsb
+        return f"(?:[ \\t]?|\\n[ \\t]{{0,{min(INDENT_MAX, 4 * self.depth)}}})"
+
+    def _content(self, conj: list[_Sub], ptr: str) -> str | None:
+        """Map values / array items: an unconstrained one nests one level less, so that a
+        container with unconstrained contents is as deep as an unconstrained value."""
+        if all(s.schema is True or s.schema == {} for s in conj):
+            return self.any_value(conj[0].ptr if conj else ptr, ANY_VALUE_DEPTH - 1)
+        return self.compile(conj)
+
+    def any_value(self, ptr: str, depth: int = ANY_VALUE_DEPTH) -> str:
+        self.relaxed.append(f"any value at {_show(ptr)} (JSON nested at most {depth} deep)")
+        return self._any_rx(depth)
+
+    def _any_rx(self, depth: int) -> str:
+        key = (depth, self.depth)
+        if key in self._any:
+            return self._any[key]
+        string = f'"{CHAR}*"'
+        scalars = f"null|true|false|{_NUMBER}|{string}"
+        if depth == 0:
+            rx = f"(?:{scalars})"
+        else:
+            self.depth += 1
+            try:
+                inner = self._any_rx(depth - 1)
+                sep = f"{self.wsi},{self.wsb}"
+                member = f"{string}{self.wsi}:{self.wsi}{inner}"
+                arr = f"\\[{self.wsb}(?:{inner}(?:{sep}{inner})*{self.wsb})?\\]"
+                obj = f"\\{{{self.wsb}(?:{member}(?:{sep}{member})*{self.wsb})?\\}}"
+            finally:
+                self.depth -= 1
+            rx = f"(?:{scalars}|{arr}|{obj})"
+        self._any[key] = rx
+        return rx
+
+    # ---- enum / const
+
+    def literal(self, v) -> str:
+        if v is None:
+            return "null"
+        if v is True:
+            return "true"
+        if v is False:
+            return "false"
+        if isinstance(v, (int, float)):
+            return _num_literal(v)
+        if isinstance(v, str):
+            return string_literal(v)
+        if not isinstance(v, (list, dict)):
+            raise GrammarError(f"not a JSON value: {v!r}")
+        self.depth += 1
+        try:
+            sep = f"{self.wsi},{self.wsb}"
+            if isinstance(v, list):
+                if not v:
+                    return f"\\[{self.wsb}\\]"
+                return f"\\[{self.wsb}" + sep.join(self.literal(x) for x in v) + f"{self.wsb}\\]"
+            if not v:
+                return f"\\{{{self.wsb}\\}}"
+            body = sep.join(f"{string_literal(k)}{self.wsi}:{self.wsi}{self.literal(x)}" for k, x in v.items())
+            return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+        finally:
+            self.depth -= 1
+
+    def _enum(self, n: _Node) -> str | None:
+        types = n.types if n.types is not None else set(_TYPES)
+        vals = [v for v in n.enum if _value_types(v) & types]
+        if vals and not n.only_types():
+            rest = replace(n, enum=None, types=set().union(*(_value_types(v) for v in vals)) & types)
+            check = self._checker(rest)
+            vals = [v for v in vals if check.fullmatch(_compact(v))]
+        if not vals:
+            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (no enum/const value passes "
+                              "the other keywords)")
+            return None
+        parts = list(dict.fromkeys(self.literal(v) for v in vals))
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    def _checker(self, n: _Node) -> re.Pattern:
+        """The regex of n without whitespace, to test enum values against (sound, maybe partial)."""
+        if self._nows is None:
+            self._nows = _Compiler(self.root, "", "", self.lenient, parent=self)
+        sub = self._nows
+        sub.relaxed, sub.narrowed = [], []
+        rx = sub.compile_node(n)
+        self.relaxed += sub.relaxed
+        self.narrowed += sub.narrowed
+        return re.compile(rx if rx is not None else "(?!)")
+
+    # ---- numbers
+
+    def _number(self, n: _Node, types: set) -> str | None:
+        is_num = "fraction" in types
+        if n.lo is None and n.hi is None:
+            return _NUMBER if is_num else _INTEGER
+        if not is_num:
+            lo = hi = None
+            if n.lo is not None:
+                v = n.lo.value
+                lo = int(v.to_integral_value(ROUND_FLOOR)) + 1 if n.lo.exclusive else int(v.to_integral_value(ROUND_CEILING))
+            if n.hi is not None:
+                v = n.hi.value
+                hi = int(v.to_integral_value(ROUND_CEILING)) - 1 if n.hi.exclusive else int(v.to_integral_value(ROUND_FLOOR))
+            return int_range_regex(lo, hi)
+        cap = None
+        for b, src in ((n.lo, n.lo_src), (n.hi, n.hi_src)):
+            if b is None:
+                continue
+            kw, p, raw = src
+            risky = b.exclusive or (isinstance(raw, int) and abs(raw) > 2**53)
+            if not risky:
+                continue
+            f = 20 if b.value == 0 else max(0, 14 - b.value.adjusted())
+            if f < _frac_digits(b.value):
+                self.unsupported(kw, p, f"bound {raw} has too many digits to keep exact under float parsing")
+                continue
+            cap = f if cap is None else min(cap, f)
+        return decimal_range_regex(n.lo, n.hi, cap)
+
+    # ---- strings
+
+    def _string(self, n: _Node) -> str | None:
+        specs = []
+        for fmt, p in n.formats:
+            pat = format_pattern(fmt)
+            if pat is None:
+                self.unsupported(f"format '{fmt}'", p)
+                continue
+            specs.append((StringSpec.from_pattern(pat), f"format at {_show(p)}", p))
+        for pat, p in n.patterns:
+            try:
+                specs.append((StringSpec.from_pattern(pat), f"pattern at {_show(p)}", p))
+            except GrammarError as e:
+                self.unsupported("pattern", p, str(e))
+        if len(specs) > 1:
+            for _, what, p in specs[1:]:
+                self.unsupported(what.split(" at ")[0], p, f"together with {specs[0][1]}: an intersection")
+        spec, where = (specs[0][0], specs[0][2]) if specs else (StringSpec.any(), n.ptr)
+        if n.min_len > 0 or n.max_len is not None:
+            constrained = spec.with_length(n.min_len, n.max_len)
+            if constrained is None:
+                self.unsupported("minLength/maxLength", n.ptr, "together with a pattern/format of this shape")
+            else:
+                spec, narrowed = constrained
+                if narrowed:
+                    self.narrowed.append(f"at {_show(n.ptr)}: pattern repetitions bounded to keep within "
+                                         f"maxLength {n.max_len}")
+        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
+        return spec.emit(limits, self.narrowed, _show(where))
+
+    # ---- objects
+
+    def _key_not_in(self, names: list[str]) -> str:
+        """A JSON string (with quotes) whose decoded value is none of names."""
+        if not names:
+            return f'"{CHAR}*"'
+        trie: dict = {}
+        for name in names:
+            node = trie
+            for c in name:
+                node = node.setdefault(c, {})
+            node[None] = True
+
+        def rx(node) -> str:
+            alts = [] if None in node else [""]
+            kids = sorted(k for k in node if k is not None)
+            for c in kids:
+                alts.append(string_literal(c)[1:-1] + rx(node[c]))
+            other = encode_charset(complement(chars(*kids))) if kids else CHAR
+            alts.append(f"{other}{CHAR}*")
+            return "(?:" + "|".join(alts) + ")"
+
+        return '"' + rx(trie) + '"'
+
+    def _object(self, n: _Node) -> str | None:
+        self.depth += 1
+        try:
+            return self._object_body(n)
+        finally:
+            self.depth -= 1
+
+    def _object_body(self, n: _Node) -> str | None:
+        sep = f"{self.wsi},{self.wsb}"
+        names = list(n.props) + [r for r in n.required if r not in n.props]
+        members: list[tuple[str, bool, str]] = []
+        for name in names:
+            conj = n.props.get(name)
+            if conj is None:  # required but not in properties: additionalProperties applies
+                conj = n.additional or []
+            value = self.compile(conj) if conj else self.any_value(f"{n.ptr}/properties/{_esc(name)}")
+            req = name in n.required
+            if value is None:
+                if req:
+                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (required property "
+                                      f"'{name}' admits no value)")
+                    return None
+                continue
+            members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
+        # additional properties
+        extra = None
+        if n.additional is not None or not names:
+            extra = self._content(n.additional or [], f"{n.ptr}/additionalProperties")
+        key = self._key_not_in(names)
+        if n.prop_names is not None:
+            pn_ptr = n.prop_names[0].ptr
+            key_rx = self.compile(n.prop_names + [_Sub(_STRING_SCHEMA, pn_ptr, frozenset())])
+            check = re.compile(key_rx) if key_rx is not None else None
+
+            def ok(nm: str) -> bool:
+                return check is not None and check.fullmatch(json.dumps(nm, ensure_ascii=False)) is not None
+
+            for nm in names:
+                if nm in n.required and not ok(nm):
+                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (required property "
+                                      f"'{nm}' fails propertyNames)")
+                    return None
+            members = [m for m in members if ok(m[0])]
+            if extra is not None:
+                if names:
+                    self.unsupported("propertyNames", pn_ptr, "declared and additional properties together")
+                else:
+                    key = key_rx
+                    if key is None:
+                        extra = None
+        if extra is not None:
+            m = f"{key}{self.wsi}:{self.wsi}{extra}"
+            members.append(("", False, f"{m}(?:{sep}{m})*"))
+        members2 = [(r, m) for _, r, m in members]
+        # property counts
+        members = members2
+        lo_count = sum(1 for r, _ in members if r)
+        hi_count = None if extra is not None else len(members)
+        all_optional_nonempty = False
+        if n.min_props > lo_count:
+            if lo_count == 0 and n.min_props == 1:
+                all_optional_nonempty = True
+            else:
+                self.unsupported("minProperties", n.min_props_ptr)
+        if n.max_props is not None and (hi_count is None or hi_count > n.max_props):
+            if n.max_props < lo_count:
+                self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (maxProperties)")
+                return None
+            self.unsupported("maxProperties", n.max_props_ptr)
+        if not members:
+            if all_optional_nonempty:
+                self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minProperties)")
+                return None
+            return f"\\{{{self.wsb}\\}}"
+        body, empty_ok = _join(members, sep)
+        if empty_ok and not all_optional_nonempty:
+            return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
+        return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+
+    # ---- arrays
+
+    def _array(self, n: _Node) -> str | None:
+        self.depth += 1
+        try:
+            return self._array_body(n)
+        finally:
+            self.depth -= 1
+
+    def _array_body(self, n: _Node) -> str | None:
+        sep = f"{self.wsi},{self.wsb}"
+        lo, hi = n.min_items, n.max_items
+        prefix: list[str] = []
+        for i, conj in enumerate(n.prefix):
+            rx = self.compile(conj)
+            if rx is None:
+                hi = i if hi is None else min(hi, i)
+                break
+            prefix.append(rx)
+        if hi is not None and hi <= len(prefix):
+            extra = None
+        else:
+            extra = self._content(n.items or [], f"{n.ptr}/items")
+        if extra is None:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        if hi is not None and lo > hi:
+            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minItems > possible items)")
+            return None
+        if lo > MAX_MIN_BOUND:
+            raise GrammarError(f"minItems {lo} at {_show(n.ptr)} exceeds the supported {MAX_MIN_BOUND}")
+        if n.unique is not None and (hi is None or hi > 1):
+            uniq = self._unique(n, lo, hi, prefix, extra)
+            if uniq is not False:
+                return uniq
+        if hi is not None and hi > max(lo, ITEMS_CAP):
+            self.narrowed.append(f"at {_show(n.ptr)}: maxItems {hi} lowered to {max(lo, ITEMS_CAP)}")
+            hi = max(lo, ITEMS_CAP)
+        if hi == 0:
+            return f"\\[{self.wsb}\\]"
+        limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
+
+        def seq(i: int) -> str:
+            cur = prefix[i] if i < len(prefix) else extra
+            if hi is not None and i + 1 >= hi:
+                return cur
+            if i + 1 >= len(prefix):
+                if extra is None:
+                    return cur
+                r_lo = max(0, lo - (i + 1))
+                r_hi = None if hi is None else hi - (i + 1)
+                return cur + repeat(f"{sep}{extra}", r_lo, r_hi, limits, self.narrowed, _show(n.ptr))
+            nxt = sep + seq(i + 1)
+            return cur + (nxt if i + 1 < lo else f"(?:{nxt})?")
+
+        body = seq(0)
+        if lo == 0:
+            return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
+        return f"\\[{self.wsb}{body}{self.wsb}\\]"
+
+    def _unique(self, n: _Node, lo: int, hi: int | None, prefix: list[str], extra: str | None):
+        """uniqueItems: exact regex, or False to build the array without it (only when implied)."""
+        sep = f"{self.wsi},{self.wsb}"
+        if prefix:
+            # tuples whose positions are pairwise disjoint never repeat a value
+            conjs = n.prefix[:len(prefix)]
+            if extra is None and self._pairwise_disjoint(conjs):
+                return False
+            self.unsupported("uniqueItems", n.unique, "prefixItems whose positions may be equal")
+            return False
+        values = self._finite_values(n.items) if n.items is not None else None
+        if values is None:
+            self.unsupported("uniqueItems", n.unique, "items are not a small finite set of values")
+            return False
+        k = len(values)
+        if k == 0:
+            return f"\\[{self.wsb}\\]" if lo == 0 else None
+        hi = k if hi is None else min(hi, k)
+        if lo > hi:
+            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (uniqueItems with minItems)")
+            return None
+        total, perms = 0, 1
+        for m in range(1, hi + 1):
+            perms *= k - m + 1
+            total += perms
+        if total > UNIQUE_SEQUENCES_LIMIT:
+            self.unsupported("uniqueItems", n.unique, f"{k} possible items are too many to enumerate")
+            return False
+        lits = [self.literal(v) for v in values]
+
+        def rest(avail: tuple, count: int) -> str:
+            alts = []
+            if count >= lo:
+                alts.append("")
+            if count < hi:
+                for i in avail:
+                    alts.append(sep + lits[i] + rest(tuple(j for j in avail if j != i), count + 1))
+            return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+        firsts = [lits[i] + rest(tuple(j for j in range(k) if j != i), 1) for i in range(k)]
+        body = "(?:" + "|".join(firsts) + ")"
+        if lo == 0:
+            return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
+        return f"\\[{self.wsb}{body}{self.wsb}\\]"
+
+    def _finite_values(self, conj: list[_Sub]) -> list | None:
+        res = self.normalize(conj)
+        if res is None:
+            return []
+        if isinstance(res, _Alts):
+            out: list = []
+            for c in res.conjs:
+                vs = self._finite_values(c)
+                if vs is None:
+                    return None
+                out += [v for v in vs if not any(_json_equal(v, w) for w in out)]
+            return out
+        if res.enum is not None:
+            vals = res.enum
+        elif res.types is not None and res.types <= {"null", "boolean"}:
+            vals = [v for v, t in ((None, "null"), (True, "boolean"), (False, "boolean")) if t in res.types]
+        else:
+            return None
+        types = res.types if res.types is not None else set(_TYPES)
+        vals = [v for v in vals if _value_types(v) & types]
+        if vals and not res.only_types():
+            check = self._checker(replace(res, enum=None))
+            vals = [v for v in vals if check.fullmatch(_compact(v))]
+        return vals
+
+
+def _compact(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_compact(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _compact(x) for k, x in v.items()) + "}"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _join(members: list[tuple[bool, str]], sep: str) -> tuple[str, bool]:
+    """Members in order, each optional or required, comma-separated. Returns (regex, empty_ok).
+
+    Linear in size: optional members before the first required one carry a trailing separator,
+    the others a leading one. When all are optional, a nonempty subsequence is built by folding:
+    F(m1..mj) = F(m1..mj-1)(,mj)? | mj, so each member appears twice; in blocks of 32 (folded the
+    same way) to keep the group nesting shallow for Rust's regex parser."""
+    first_req = next((i for i, (r, _) in enumerate(members) if r), None)
+    if first_req is not None:
+        pre = "".join(f"(?:{m}{sep})?" for _, m in members[:first_req])
+        post = "".join(f"{sep}{m}" if r else f"(?:{sep}{m})?" for r, m in members[first_req + 1:])
+        return pre + members[first_req][1] + post, False
+    return _nonempty_subsequence([m for _, m in members], sep), True
+
+
+def _nonempty_subsequence(items: list[str], sep: str, block: int = 32) -> str:
+    if len(items) > block:
+        return _nonempty_subsequence([_nonempty_subsequence(items[i:i + block], sep, block)
+                                      for i in range(0, len(items), block)], sep, block)
+    acc = items[0]
+    for m in items[1:]:
+        acc = f"(?:{acc}(?:{sep}{m})?|{m})"
+    return acc

@@ -1,0 +1,498 @@
+"""JSON Schema normalization for json_schema: $ref resolution, allOf merging, anyOf/oneOf
+distribution, keyword collection, and disjointness (JSON Schema semantics) for oneOf.
+
+A schema position is a conjunction of `_Sub`s (schema, JSON pointer, refs on the path). `normalize`
+flattens $ref and allOf, distributes the first anyOf/oneOf (`_Alts`), or merges everything into one
+`_Node` whose child positions are again conjunctions, normalized lazily (so recursion is found by
+the $ref cycle check on the path, not by walking the document).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json_numbers import Bound
+
+_TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")
+_TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "array": {"array"},
+               "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
+
+_UNSUPPORTED = {"multipleOf", "not", "patternProperties", "dependentRequired", "dependentSchemas",
+                "dependencies", "contains", "unevaluatedItems", "unevaluatedProperties",
+                "$dynamicRef", "$recursiveRef"}
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "contains",
+               "unevaluatedItems", "unevaluatedProperties", "additionalItems", "contentSchema")
+
+
+def _show(ptr: str) -> str:
+    return ptr or "/"
+
+
+def _esc(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass(frozen=True)
+class _Sub:
+    schema: Any
+    ptr: str
+    refs: frozenset  # $ref targets expanded on the way here (cycle detection)
+    skip: frozenset = frozenset()  # keywords already expanded (not to apply twice)
+
+
+@dataclass
+class _Alts:
+    kind: str
+    ptr: str
+    conjs: list[list[_Sub]]
+
+
+@dataclass
+class _Node:
+    ptr: str
+    types: set | None = None
+    enum: list | None = None
+    lo: Bound | None = None
+    hi: Bound | None = None
+    lo_src: tuple = ()
+    hi_src: tuple = ()
+    min_len: int = 0
+    max_len: int | None = None
+    patterns: list = field(default_factory=list)  # (pattern, ptr)
+    formats: list = field(default_factory=list)
+    props: dict = field(default_factory=dict)  # name -> conj
+    required: list = field(default_factory=list)
+    additional: list | None = None
+    prop_names: list | None = None
+    min_props: int = 0
+    max_props: int | None = None
+    min_props_ptr: str = ""
+    max_props_ptr: str = ""
+    prefix: list = field(default_factory=list)
+    items: list | None = None
+    min_items: int = 0
+    max_items: int | None = None
+    unique: str | None = None  # pointer of uniqueItems: true
+    from_allof: bool = False
+
+    def unconstrained(self) -> bool:
+        return self == _Node(self.ptr, from_allof=self.from_allof)
+
+    def only_types(self) -> bool:
+        return replace(self, types=None, enum=None) == _Node(self.ptr, from_allof=self.from_allof)
+
+
+def _value_types(v) -> set:
+    if v is None:
+        return {"null"}
+    if isinstance(v, bool):
+        return {"boolean"}
+    if isinstance(v, int):
+        return {"integer"}
+    if isinstance(v, float):
+        return {"integer"} if v.is_integer() else {"fraction"}
+    if isinstance(v, str):
+        return {"string"}
+    if isinstance(v, list):
+        return {"array"}
+    if isinstance(v, dict):
+        return {"object"}
+    raise GrammarError(f"not a JSON value: {v!r}")
+
+
+def _json_equal(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _to_decimal(v, kw: str, ptr: str) -> Decimal:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise GrammarError(f"'{kw}' at {_show(ptr)} must be a number")
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise GrammarError(f"'{kw}' at {_show(ptr)} must be finite")
+        return Decimal(repr(v))
+    return Decimal(v)
+
+
+def _to_count(v, kw: str, ptr: str) -> int:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise GrammarError(f"'{kw}' at {_show(ptr)} must be a non-negative integer")
+    return v
+
+
+class Normalizer:
+    """Resolves, merges and reports; json_schema._Compiler builds regexes on top of it."""
+
+    def __init__(self, root, lenient: bool, parent: "Normalizer | None" = None):
+        self.root = root
+        self.lenient = lenient
+        self.relaxed: list[str] = []
+        self.narrowed: list[str] = []
+        self.unsat: list[str] = []
+        if parent is None:
+            self._ids, self._anchors, self._embedded = self._index_resources(root)
+        else:
+            self._ids, self._anchors, self._embedded = parent._ids, parent._anchors, parent._embedded
+
+    # ----------------------------------------------------------------------------- reporting
+
+    def unsupported(self, what: str, ptr: str, note: str = "") -> None:
+        msg = f"{what} at {_show(ptr)}" + (f" ({note})" if note else "")
+        if not self.lenient:
+            raise GrammarError(f"unsupported {msg}" if not what.startswith("unsupported") else msg)
+        self.relaxed.append(msg)
+
+    def _keyword(self, kw: str, ptr: str) -> None:
+        if not self.lenient:
+            raise GrammarError(f"unsupported keyword '{kw}' at {_show(ptr)}")
+        self.relaxed.append(f"{kw} at {_show(ptr)}")
+
+    # ----------------------------------------------------------------------------- references
+
+    def _index_resources(self, root):
+        """$id (absolute, embedded resources) and $anchor locations, walking schema positions."""
+        root_id = root.get("$id") if isinstance(root, dict) else None
+        base0 = urllib.parse.urldefrag(root_id)[0] if isinstance(root_id, str) else ""
+        ids = {base0: ""} if base0 else {}
+        anchors: dict[tuple[str, str], str] = {}
+        embedded: list[str] = []
+
+        def walk(node, ptr, base):
+            if not isinstance(node, dict):
+                return
+            if ptr and isinstance(node.get("$id"), str):
+                base = urllib.parse.urldefrag(urllib.parse.urljoin(base, node["$id"]))[0]
+                ids[base] = ptr
+                embedded.append(ptr)
+            for k in ("$anchor", "$dynamicAnchor"):
+                if isinstance(node.get(k), str):
+                    anchors[(base, node[k])] = ptr
+            for k in _SCHEMA_MAPS:
+                if isinstance(node.get(k), dict):
+                    for name, sub in node[k].items():
+                        walk(sub, f"{ptr}/{k}/{_esc(name)}", base)
+            for k in _SCHEMA_LISTS + ("items",):
+                if isinstance(node.get(k), list):
+                    for i, sub in enumerate(node[k]):
+                        walk(sub, f"{ptr}/{k}/{i}", base)
+            for k in _SCHEMA_ONE + ("items",):
+                if isinstance(node.get(k), dict):
+                    walk(node[k], f"{ptr}/{k}", base)
+
+        walk(root, "", base0)
+        return ids, anchors, embedded
+
+    def _pointer(self, ptr: str):
+        node = self.root
+        for tok in ptr.split("/")[1:] if ptr else []:
+            tok = tok.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and tok in node:
+                node = node[tok]
+            elif isinstance(node, list) and tok.isdigit() and int(tok) < len(node):
+                node = node[int(tok)]
+            else:
+                return None, False
+        return node, True
+
+    def _base(self, ptr: str) -> tuple[str, str]:
+        """(base URI, resource pointer) of the schema resource that contains ptr."""
+        best = ""
+        for e in self._embedded:
+            if (ptr == e or ptr.startswith(e + "/")) and len(e) > len(best):
+                best = e
+        for uri, rp in self._ids.items():
+            if rp == best:
+                return uri, best
+        return "", best
+
+    def _resolve(self, ref, sub: _Sub) -> _Sub:
+        where = _show(sub.ptr)
+        if not isinstance(ref, str):
+            raise GrammarError(f"$ref at {where} must be a string")
+        base, start = self._base(sub.ptr)
+        uri, frag = urllib.parse.urldefrag(ref)
+        if uri:
+            absolute = urllib.parse.urldefrag(urllib.parse.urljoin(base, uri) if base else uri)[0]
+            if absolute not in self._ids:
+                raise GrammarError(f"remote $ref '{ref}' at {where} is not supported (refs are never fetched)")
+            base, start = absolute, self._ids[absolute]
+        frag = urllib.parse.unquote(frag)
+        if frag == "" or frag.startswith("/"):
+            target = start + frag
+            node, ok = self._pointer(target)
+            if not ok:
+                raise GrammarError(f"$ref '{ref}' at {where} does not resolve")
+        else:
+            target = self._anchors.get((base, frag))
+            if target is None:
+                raise GrammarError(f"$ref '{ref}' at {where} does not resolve (no $anchor '{frag}')")
+            node, _ = self._pointer(target)
+        if target in sub.refs:
+            raise GrammarError(f"recursive schema is not supported yet (cycle through #{target})")
+        return _Sub(node, target, sub.refs | {target})
+
+    # ----------------------------------------------------------------------------- normalizing
+
+    def _expand(self, sub: _Sub, out: list[_Sub], reasons: list[str]) -> bool:
+        s = sub.schema
+        if s is True:
+            return True
+        if s is False:
+            reasons.append(f"false schema at {_show(sub.ptr)}")
+            return False
+        if not isinstance(s, dict):
+            raise GrammarError(f"schema at {_show(sub.ptr)} must be an object or a boolean")
+        if "$ref" in s and "$ref" not in sub.skip:
+            if not self._expand(self._resolve(s["$ref"], sub), out, reasons):
+                return False
+        if "allOf" in s and "allOf" not in sub.skip:
+            branches = s["allOf"]
+            if not isinstance(branches, list) or not branches:
+                raise GrammarError(f"allOf at {_show(sub.ptr)} must be a non-empty array")
+            for i, b in enumerate(branches):
+                if not self._expand(_Sub(b, f"{sub.ptr}/allOf/{i}", sub.refs), out, reasons):
+                    return False
+        out.append(replace(sub, skip=sub.skip | {"$ref", "allOf"}))
+        return True
+
+    def normalize(self, conj: list[_Sub]):
+        """conj -> _Node, _Alts, or None (unsatisfiable)."""
+        flat: list[_Sub] = []
+        reasons: list[str] = []
+        for sub in conj:
+            if not self._expand(sub, flat, reasons):
+                self.unsat.append(f"schema at {_show(conj[0].ptr)} is unsatisfiable ({reasons[0]})")
+                return None
+        for i, sub in enumerate(flat):
+            for kw in ("anyOf", "oneOf"):
+                if kw in sub.schema and kw not in sub.skip:
+                    branches = sub.schema[kw]
+                    if not isinstance(branches, list) or not branches:
+                        raise GrammarError(f"{kw} at {_show(sub.ptr)} must be a non-empty array")
+                    base = list(flat)
+                    base[i] = replace(sub, skip=sub.skip | {kw})
+                    return _Alts(kw, sub.ptr, [base + [_Sub(b, f"{sub.ptr}/{kw}/{j}", sub.refs)]
+                                               for j, b in enumerate(branches)])
+        return self._merge(flat, conj[0].ptr if conj else "")
+
+    def _merge(self, flat: list[_Sub], ptr: str):
+        n = _Node(ptr)
+        n.from_allof = any("/allOf/" in s.ptr[len(ptr):] for s in flat)
+        what = "allOf" if n.from_allof else "schema"
+        obj_parts, arr_parts = [], []
+        for sub in flat:
+            s, p = sub.schema, sub.ptr
+            for kw in s:
+                if kw in _UNSUPPORTED:
+                    self._keyword(kw, p)
+            if "if" in s and ("then" in s or "else" in s):
+                self._keyword("if", p)
+            if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
+                raise AssertionError
+            if "type" in s:
+                t = s["type"]
+                names = [t] if isinstance(t, str) else t
+                if not isinstance(names, list) or not names or any(x not in _TYPE_NAMES for x in names):
+                    raise GrammarError(f"invalid 'type' at {_show(p)}: {t!r}")
+                ts = set().union(*(_TYPE_NAMES[x] for x in names))
+                n.types = ts if n.types is None else n.types & ts
+            for kw in ("enum", "const"):
+                if kw not in s:
+                    continue
+                vals = [s["const"]] if kw == "const" else s["enum"]
+                if not isinstance(vals, list):
+                    raise GrammarError(f"'enum' at {_show(p)} must be an array")
+                if n.enum is None:
+                    n.enum = []
+                    for v in vals:
+                        if not any(_json_equal(v, w) for w in n.enum):
+                            n.enum.append(v)
+                else:
+                    n.enum = [v for v in n.enum if any(_json_equal(v, w) for w in vals)]
+            self._bounds(n, s, p)
+            if "minLength" in s:
+                n.min_len = max(n.min_len, _to_count(s["minLength"], "minLength", p))
+            if "maxLength" in s:
+                m = _to_count(s["maxLength"], "maxLength", p)
+                n.max_len = m if n.max_len is None else min(n.max_len, m)
+            if "pattern" in s:
+                if not isinstance(s["pattern"], str):
+                    raise GrammarError(f"'pattern' at {_show(p)} must be a string")
+                if all(s["pattern"] != q for q, _ in n.patterns):
+                    n.patterns.append((s["pattern"], p))
+            if "format" in s:
+                if not isinstance(s["format"], str):
+                    raise GrammarError(f"'format' at {_show(p)} must be a string")
+                if all(s["format"] != q for q, _ in n.formats):
+                    n.formats.append((s["format"], p))
+            # objects
+            if "properties" in s or "additionalProperties" in s:
+                props = s.get("properties", {})
+                if not isinstance(props, dict):
+                    raise GrammarError(f"'properties' at {_show(p)} must be an object")
+                ap = s.get("additionalProperties")
+                obj_parts.append((sub, props, None if ap is None else _Sub(ap, f"{p}/additionalProperties", sub.refs)))
+            if "required" in s:
+                req = s["required"]
+                if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
+                    raise GrammarError(f"'required' at {_show(p)} must be an array of strings")
+                for r in req:
+                    if r not in n.required:
+                        n.required.append(r)
+            if "propertyNames" in s:
+                n.prop_names = (n.prop_names or []) + [_Sub(s["propertyNames"], f"{p}/propertyNames", sub.refs)]
+            if "minProperties" in s:
+                v = _to_count(s["minProperties"], "minProperties", p)
+                if v > n.min_props:
+                    n.min_props, n.min_props_ptr = v, p
+            if "maxProperties" in s:
+                v = _to_count(s["maxProperties"], "maxProperties", p)
+                if n.max_props is None or v < n.max_props:
+                    n.max_props, n.max_props_ptr = v, p
+            # arrays
+            items = s.get("items")
+            if isinstance(items, list):  # draft 2019 and older: tuple form
+                pre = [_Sub(x, f"{p}/items/{i}", sub.refs) for i, x in enumerate(items)]
+                rest = s.get("additionalItems")
+                arr_parts.append((pre, None if rest is None else _Sub(rest, f"{p}/additionalItems", sub.refs)))
+            elif "prefixItems" in s or "items" in s:
+                pi = s.get("prefixItems", [])
+                if not isinstance(pi, list):
+                    raise GrammarError(f"'prefixItems' at {_show(p)} must be an array")
+                pre = [_Sub(x, f"{p}/prefixItems/{i}", sub.refs) for i, x in enumerate(pi)]
+                arr_parts.append((pre, None if items is None else _Sub(items, f"{p}/items", sub.refs)))
+            if "minItems" in s:
+                n.min_items = max(n.min_items, _to_count(s["minItems"], "minItems", p))
+            if "maxItems" in s:
+                m = _to_count(s["maxItems"], "maxItems", p)
+                n.max_items = m if n.max_items is None else min(n.max_items, m)
+            if s.get("uniqueItems") is True and n.unique is None:
+                n.unique = p
+        # properties of one part meet the additionalProperties of the others
+        if obj_parts:
+            names: list[str] = []
+            for _, props, _ in obj_parts:
+                names += [k for k in props if k not in names]
+            for k in names:
+                conj = []
+                for sub, props, ap in obj_parts:
+                    if k in props:
+                        conj.append(_Sub(props[k], f"{sub.ptr}/properties/{_esc(k)}", sub.refs))
+                    elif ap is not None:
+                        conj.append(ap)
+                n.props[k] = conj
+            aps = [ap for _, _, ap in obj_parts if ap is not None]
+            n.additional = aps or None
+        if arr_parts:
+            width = max(len(pre) for pre, _ in arr_parts)
+            for i in range(width):
+                n.prefix.append([pre[i] if i < len(pre) else rest
+                                 for pre, rest in arr_parts if i < len(pre) or rest is not None])
+            rests = [rest for _, rest in arr_parts if rest is not None]
+            n.items = rests or None
+        # emptiness checks
+        if n.types is not None and not n.types:
+            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no type is allowed by all parts)")
+            return None
+        if n.enum is not None and not n.enum:
+            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no value is in every enum/const)")
+            return None
+        return n
+
+    def _bounds(self, n: _Node, s: dict, p: str) -> None:
+        for side in ("minimum", "maximum"):
+            ex_kw = "exclusiveMinimum" if side == "minimum" else "exclusiveMaximum"
+            cands = []
+            if side in s:
+                ex = s.get(ex_kw) is True  # draft 4
+                cands.append((Bound(_to_decimal(s[side], side, p), ex), ex_kw if ex else side, s[side]))
+            if ex_kw in s and not isinstance(s[ex_kw], bool):
+                cands.append((Bound(_to_decimal(s[ex_kw], ex_kw, p), True), ex_kw, s[ex_kw]))
+            for b, kw, raw in cands:
+                if side == "minimum":
+                    cur = n.lo
+                    if cur is None or b.value > cur.value or (b.value == cur.value and b.exclusive):
+                        n.lo, n.lo_src = b, (kw, p, raw)
+                else:
+                    cur = n.hi
+                    if cur is None or b.value < cur.value or (b.value == cur.value and b.exclusive):
+                        n.hi, n.hi_src = b, (kw, p, raw)
+
+    # ---- disjointness (for oneOf and tuple uniqueness), in JSON Schema semantics
+
+    def _pairwise_disjoint(self, conjs: list[list[_Sub]]) -> bool:
+        nodes = [self._peek(c) for c in conjs]
+        return all(self._disjoint(nodes[i], nodes[j], 2)
+                   for i in range(len(nodes)) for j in range(i + 1, len(nodes)))
+
+    def _peek(self, conj):
+        """The normalized node of conj for disjointness checks (None if unsatisfiable, an _Alts
+        as is); errors are left for compile() to raise."""
+        saved = list(self.unsat)
+        try:
+            return self.normalize(conj)
+        except GrammarError:
+            return "unknown"
+        finally:
+            self.unsat = saved
+
+    def _disjoint(self, a, b, depth: int) -> bool:
+        if a is None or b is None:
+            return True
+        if not isinstance(a, _Node) or not isinstance(b, _Node):
+            return False
+        ta = _effective_types(a)
+        tb = _effective_types(b)
+        common = ta & tb
+        if not common:
+            return True
+        if a.enum is not None and b.enum is not None:
+            return not any(_json_equal(x, y) for x in a.enum for y in b.enum)
+        if common <= {"integer", "fraction"}:
+            return _ranges_disjoint(a, b)
+        if common == {"object"} and depth > 0:
+            for x, y in ((a, b), (b, a)):
+                if _closed(x) and any(r not in x.props for r in y.required):
+                    return True
+            for k in a.required:
+                if k in b.required and k in a.props and k in b.props:
+                    if self._disjoint(self._peek(a.props[k]), self._peek(b.props[k]), depth - 1):
+                        return True
+        return False
+
+
+def _closed(n: _Node) -> bool:
+    """additionalProperties: false (in JSON Schema semantics)."""
+    return n.additional is not None and any(s.schema is False for s in n.additional)
+
+
+def _effective_types(n: _Node) -> set:
+    t = set(n.types) if n.types is not None else set(_TYPES)
+    if n.enum is not None:
+        t &= set().union(*(_value_types(v) for v in n.enum)) if n.enum else set()
+    return t
+
+
+def _ranges_disjoint(a: _Node, b: _Node) -> bool:
+    def below(hi: Bound | None, lo: Bound | None) -> bool:  # everything <= hi is < lo
+        if hi is None or lo is None:
+            return False
+        return hi.value < lo.value or (hi.value == lo.value and (hi.exclusive or lo.exclusive))
+
+    return below(a.hi, b.lo) or below(b.hi, a.lo)

@@ -1,0 +1,45 @@
+"""Token bitmasks for guided decoding: allocation and the apply (torch reference, the CPU path).
+
+Layout (xgrammar's and llguidance's): int32 [batch, ceil(V / 32)]; token i is bit i % 32 of word
+i // 32, little-endian within the word, so token 32k + 31 is the sign bit. A set bit allows it.
+"""
+import torch
+
+
+def bitmask_width(vocab_size: int) -> int:
+    return (vocab_size + 31) // 32
+
+
+def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
+    """int32 [batch_size, ceil(vocab_size / 32)], every token allowed (-1 = all 32 bits set)."""
+    return torch.full((batch_size, bitmask_width(vocab_size)), -1, dtype=torch.int32)
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """bool [M, vocab_size] from int32 [M, W]; tokens past W * 32 are disallowed."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1                        # [M, W, 32]
+    allowed = bits.flatten(1).bool()                                    # [M, W * 32]
+    if allowed.shape[1] >= vocab_size:
+        return allowed[:, :vocab_size]
+    return torch.nn.functional.pad(allowed, (0, vocab_size - allowed.shape[1]), value=False)
+
+
+@torch.inference_mode()  # logits from an inference_mode forward may only be updated inside it
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor,
+                        indices: torch.Tensor | None = None) -> None:
+    """In place, logits[r] = -inf where the token's bit is 0.
+
+    logits: float [N, V]; bitmask: int32 [M, W]. Without indices, logits row i takes bitmask row i
+    (M >= N); with indices, logits row indices[j] takes bitmask row j. V may be below W * 32 (the
+    tail is ignored) or above it (tokens past W * 32 are disallowed).
+    """
+    num_rows = logits.shape[0] if indices is None else indices.shape[0]
+    if bitmask.shape[0] < num_rows:
+        raise ValueError(f"bitmask has {bitmask.shape[0]} rows for {num_rows} logits rows")
+    disallowed = ~unpack_bitmask(bitmask[:num_rows].to(logits.device), logits.shape[1])
+    if indices is None:
+        logits.masked_fill_(disallowed, float("-inf"))
+    else:
+        indices = indices.to(logits.device)
+        logits[indices] = logits[indices].masked_fill(disallowed, float("-inf"))

@@ -1,0 +1,104 @@
+"""CompileService: worker processes, cache, timeout, crash recovery."""
+import os
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from gdserve.grammar import GrammarError, compile_grammar
+from gdserve.grammar.service import CompileService
+from tests.grammar.walk import allowed_ids
+
+SLOW = r"(a|b|ab){1,200}c{1,300}"    # ~6 s to index with SmolLM2
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+          "required": ["a"]}
+
+
+@pytest.fixture(scope="module")
+def service(smollm2_tokenizer):
+    with CompileService(smollm2_tokenizer, max_workers=2, timeout_s=30.0) as svc:
+        yield svc
+
+
+def test_compiles_in_workers_like_in_process(service, smollm2_tokenizer):
+    remote = service.compile("regex", r"[0-9]{3}-[a-z]+")
+    local = compile_grammar("regex", r"[0-9]{3}-[a-z]+", smollm2_tokenizer)
+    assert (remote.kind, remote.regex, remote.vocab_size) == (local.kind, local.regex, 49152)
+    m_remote, m_local = remote.matcher(), local.matcher()
+    for token in smollm2_tokenizer.encode("123-abc", add_special_tokens=False):
+        assert allowed_ids(m_remote) == allowed_ids(m_local)
+        assert m_remote.accept_token(token) and m_local.accept_token(token)
+    assert m_remote.accept_token(2)
+    assert service.worker_pids() and os.getpid() not in service.worker_pids()
+
+
+def test_cache_hits_are_immediate_and_identical(service):
+    first = service.submit("json", SCHEMA)
+    grammar = first.result()
+    reordered = {"required": ["a"], "type": "object",
+                 "properties": {"b": {"type": "string"}, "a": {"type": "integer"}}}
+    start = time.perf_counter()
+    again = service.submit("json", reordered)
+    assert again is first and again.done() and again.result() is grammar
+    assert time.perf_counter() - start < 0.01
+    assert service.submit("json", SCHEMA, lenient=True) is not first  # options are in the key
+    as_list, as_tuple = service.submit("choice", ["x", "y"]), service.submit("choice", ("x", "y"))
+    assert as_list.result() is as_tuple.result()
+
+
+def test_parallel_submits(service):
+    specs = [("regex", rf"[a-z]{{{n}}}") for n in range(1, 7)] + [("choice", ["p", "q"])]
+    futures = [service.submit(kind, spec) for kind, spec in specs]
+    assert service.submit(*specs[0]) is futures[0]  # in flight: the same future
+    done, not_done = wait(futures, timeout=60)
+    assert not not_done
+    assert [f.result().regex for f in futures] == [spec if kind == "regex" else "(p|q)"
+                                                   for kind, spec in specs]
+
+
+def test_compile_errors_come_back_and_are_cached(service):
+    failed = service.submit("regex", r"(?=x)y")
+    with pytest.raises(GrammarError, match="lookaround"):
+        failed.result()
+    assert service.submit("regex", r"(?=x)y") is failed
+    with pytest.raises(GrammarError, match="not supported yet"):
+        service.compile("grammar", 'start: "a"')
+    with pytest.raises(TypeError, match="unknown compile options"):
+        service.submit("regex", "a", vocab_size=3)
+
+
+def test_timeout_kills_the_worker_then_compiles_again(smollm2_tokenizer):
+    with CompileService(smollm2_tokenizer, timeout_s=1.0) as svc:
+        assert svc.compile("choice", ["warm"]).regex == "(warm)"
+        worker = svc.worker_pids()[0]
+        start = time.perf_counter()
+        with pytest.raises(GrammarError, match=r"timed out after 1.0 s"):
+            svc.compile("regex", SLOW)
+        assert time.perf_counter() - start < 3.0
+        assert svc.compile("regex", "[0-9]+").regex == "[0-9]+"  # on a fresh worker
+        assert worker not in svc.worker_pids()
+        with pytest.raises(OSError):
+            os.kill(worker, 0)  # killed
+        assert svc.submit("regex", SLOW).exception() is not None  # cached failure, no new run
+
+
+def test_killed_worker_fails_its_job_then_compiles_again(smollm2_tokenizer):
+    with CompileService(smollm2_tokenizer, timeout_s=30.0) as svc:
+        svc.compile("choice", ["warm"])
+        future = svc.submit("regex", SLOW)
+        time.sleep(0.5)
+        os.kill(svc.worker_pids()[0], 9)
+        with pytest.raises(GrammarError, match="worker died"):
+            future.result(timeout=10)
+        assert svc.compile("choice", ["after"]).regex == "(after)"
+
+
+def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
+    svc = CompileService(smollm2_tokenizer, timeout_s=30.0)
+    future = svc.submit("regex", SLOW)
+    svc.close()
+    with pytest.raises(GrammarError, match="closed"):
+        future.result(timeout=5)
+    with pytest.raises(RuntimeError, match="closed"):
+        svc.submit("regex", "a")
+

@@ -1,0 +1,90 @@
+"""Drive a Grammar the way the engine does: fill a bitmask row, pick an allowed token, accept it."""
+import random
+from collections import deque
+from functools import cached_property
+
+import numpy as np
+
+from gdserve.grammar import Grammar, Matcher, allocate_token_bitmask
+
+
+def allowed_ids(matcher: Matcher) -> set[int]:
+    """The token ids the matcher's bitmask row allows (unpacked by numpy: little-endian words,
+    little bit order)."""
+    bitmask = allocate_token_bitmask(1, matcher.grammar.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask, 0)
+    bits = np.unpackbits(bitmask[0].numpy().astype("<i4").view(np.uint8), bitorder="little")
+    return set(np.flatnonzero(bits).tolist())
+
+
+def feed(grammar: Grammar, token_ids: list[int]) -> bool:
+    """True if the grammar accepts token_ids and then EOS."""
+    matcher = grammar.matcher()
+    return (all(matcher.accept_token(t) for t in token_ids)
+            and matcher.accept_token(min(grammar.eos_token_ids)))
+
+
+class Walker:
+    """Random complete outputs of a grammar. Each state's bitmask row is checked once against the
+    index's transitions (EOS exactly in accepting states, nothing past the vocabulary)."""
+
+    def __init__(self, grammar: Grammar):
+        self.grammar = grammar
+        self._checked: set[int] = set()
+
+    @cached_property
+    def transitions(self) -> dict[int, dict[int, int]]:
+        """state -> {token id: next state} for real tokens (EOS and the start token left out)."""
+        size, eos = self.grammar.vocab_size, self.grammar.eos_token_ids
+        return {s: {t: n for t, n in edges.items() if t < size and t not in eos}
+                for s, edges in self.grammar.index.get_transitions().items()}
+
+    @cached_property
+    def steps_to_accept(self) -> dict[int, int]:
+        """Fewest tokens from each state to an accepting state (reverse BFS)."""
+        parents: dict[int, set[int]] = {}
+        for state, edges in self.transitions.items():
+            for next_state in edges.values():
+                parents.setdefault(next_state, set()).add(state)
+        dist = {s: 0 for s in self.grammar.index.get_final_states()}
+        queue = deque(dist)
+        while queue:
+            state = queue.popleft()
+            for parent in parents.get(state, ()):
+                if parent not in dist:
+                    dist[parent] = dist[state] + 1
+                    queue.append(parent)
+        return dist
+
+    def check_row(self, matcher: Matcher, state: int) -> None:
+        if state in self._checked:
+            return
+        allowed, eos = allowed_ids(matcher), self.grammar.eos_token_ids
+        assert allowed - eos == set(self.transitions.get(state, {}))
+        assert allowed & eos == (eos if self.grammar.index.is_final_state(state) else set())
+        self._checked.add(state)
+
+    def walk(self, rng: random.Random, random_steps: int) -> list[int]:
+        """Token ids of one complete output: up to random_steps tokens drawn uniformly from the
+        allowed ones (EOS included), then the shortest way to an accepting state, then EOS (not
+        returned)."""
+        matcher, state, out = self.grammar.matcher(), self.grammar.initial_state, []
+        eos = min(self.grammar.eos_token_ids)
+        while True:
+            self.check_row(matcher, state)
+            edges = self.transitions.get(state, {})
+            accepting = self.grammar.index.is_final_state(state)
+            if len(out) < random_steps:
+                token = rng.choice(sorted(edges) + [eos] * accepting)
+            elif accepting:
+                token = eos
+            else:
+                best = min(self.steps_to_accept[n] for n in edges.values())
+                token = rng.choice(sorted(t for t, n in edges.items()
+                                          if self.steps_to_accept[n] == best))
+            assert matcher.accept_token(token)
+            if token == eos:
+                assert matcher.is_terminated()
+                return out
+            state = edges[token]
+            out.append(token)
