@@ -13,6 +13,9 @@ Each pattern accepts a subset of what the format's RFC allows, never more:
 - uri: RFC 3986 `URI` (absolute, with a scheme), IP literals included.
 - ipv4: dotted quad without leading zeros. ipv6: RFC 4291 text forms with `::` compression and an
   embedded IPv4 tail (no zone ids).
+- uri-reference: a URI or an RFC 3986 relative reference. iri, iri-reference, idn-email: the ASCII
+  forms above (subsets of the internationalized ones).
+- json-pointer (RFC 6901), relative-json-pointer, duration (RFC 3339 appendix A, ISO 8601).
 - hostname: RFC 1123 labels (letters, digits, inner hyphens, 1..63 chars); to keep the total within
   253 characters without counting, either at most 3 labels of up to 63 characters or 4..8 labels of
   up to 30 characters.
@@ -74,6 +77,19 @@ _URI = (
     rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
 )
 
+_PCHAR_NC = rf"(?:[{_UNRES_SUB}@-]|{_PCT})"
+_QUERY_FRAGMENT = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_RELATIVE_REF = (
+    rf"(?://{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR_NC}+(?:/{_PCHAR}*)*|)"
+    + _QUERY_FRAGMENT
+)
+_JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
+_DURATION = (
+    r"P(?:[0-9]+W"
+    r"|(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
+    r"|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))"
+)
+
 FORMATS: dict[str, str] = {
     "date": _DATE,
     "time": _TIME,
@@ -84,6 +100,14 @@ FORMATS: dict[str, str] = {
     "ipv4": _IPV4,
     "ipv6": _IPV6,
     "hostname": _HOSTNAME,
+    "uri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    # ASCII subsets of the internationalized forms
+    "iri": _URI,
+    "iri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    "idn-email": _EMAIL,
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": rf"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})",
+    "duration": _DURATION,
 }
 
 

@@ -1,48 +1,60 @@
 """JSON Schema → regex, exact where it can be and loud where it can't.
 
     regex, relaxed = schema_to_regex(schema, whitespace_pattern=None, lenient=False)
+    info = compile_json_schema(schema, ...)      # .regex, .relaxed, .narrowed
 
-The regex matches JSON texts (no leading/trailing whitespace) and is written in the dialect that
+The regex matches one JSON text (no leading/trailing whitespace) and is written in the dialect that
 both Python `re` and the Rust `regex` crate (outlines-core) read: no lookaround, backreferences,
-named groups or `\\d`/`\\w`/`\\s`; bounded repetitions are kept small.
+named groups or `\\d`/`\\w`/`\\s`; non-ASCII written as `\\uXXXX`/`\\UXXXXXXXX`; group nesting
+kept shallow.
 
-Soundness first: every text the regex accepts parses to an instance that the schema accepts
-(`jsonschema.Draft202012Validator`, formats checked). Completeness is best effort; these valid
-instances are deliberately left out:
+Soundness first: every text the regex accepts parses (Python `json`) to an instance the schema
+accepts (`jsonschema`, formats checked). Completeness is best effort; left out on purpose:
 
-- Objects: properties come in the order of `properties` (then required names that `properties`
-  lacks, then additional properties). Without `additionalProperties` an object with `properties`
-  (or `required`) admits no other keys, as vLLM/outlines do: structured output wants only the
-  schema's fields. An object schema without `properties`/`required` admits any keys. Additional keys
-  never repeat a declared name (the key regex excludes every spelling of those names exactly).
-- Numbers: integers are written without fraction/exponent and zero never as "-0". Bounded numbers
-  are written without an exponent; next to an exclusive bound the fraction has at most
-  14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float parse can't round onto
-  the bound. Unbounded numbers take the full JSON syntax.
-- Strings: `\\uXXXX` is accepted for control and non-ASCII characters (not for printable ASCII);
-  under a `pattern`, `\\u` escapes are accepted for BMP characters only when the class is simple.
-- Unconstrained values (`{}`, `true`, a missing `items`, `additionalProperties: true`) are any JSON
-  value nested at most ANY_VALUE_DEPTH (2) containers deep; this is always listed in `relaxed`.
+- Objects: properties come in the order of `properties`, then required names that `properties`
+  lacks (their values follow `additionalProperties`), then additional properties. Without
+  `additionalProperties`, an object with `properties` or `required` admits no other keys, as
+  vLLM/outlines do (structured output wants the schema's fields only); an object schema with
+  neither admits any keys. Additional keys never spell a declared name (the key regex excludes
+  every spelling, escapes included), and no key repeats a declared one.
+- Numbers: integers without fraction or exponent, and zero never as "-0". Numbers with bounds
+  are written without an exponent; next to an exclusive bound (or an integer bound beyond 2^53)
+  the fraction has at most 14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float
+  parse can never round onto the bound. Unbounded numbers take the full JSON syntax.
+- Strings: see json_strings (escapes) and json_patterns (patterns: the intersection of ECMA-262 and
+  Python `re` semantics). Formats: see json_formats.
+- Unconstrained values (`{}`, `true`, untyped required names) match any JSON value nested at most
+  ANY_VALUE_DEPTH (2) containers deep, and the contents of an unconstrained container (no `items`,
+  object without properties) one level less; always listed in `relaxed` ("any value at /x ...").
 - Upper bounds above the caps (STRING_LENGTH_CAP for `maxLength` and pattern repetitions,
-  ITEMS_CAP for `maxItems`) are lowered to the cap: a subset, recorded in
-  `compile_json_schema(...).narrowed`. Lower bounds above MAX_MIN_BOUND raise GrammarError.
-- `oneOf` is exact when its branches are provably disjoint (different types, different
-  `const`/`enum` values, disjoint numeric ranges, a required property with disjoint values, or
-  `additionalProperties: false` excluding the other branch's required key); otherwise it is
-  compiled as `anyOf` and listed in `relaxed` (in both modes).
+  ITEMS_CAP for `maxItems`) are lowered to the cap, and a pattern whose length can't be bounded
+  exactly has its repetitions bounded to fit `maxLength`: subsets, listed in `narrowed`. Lower
+  bounds above MAX_MIN_BOUND raise GrammarError.
+- `oneOf` is exact when its branches are provably disjoint (types, `const`/`enum` values, numeric
+  ranges, a required property with disjoint values, or `additionalProperties: false` against the
+  other branch's required key); otherwise it is compiled as `anyOf` and listed in `relaxed` (in
+  both modes: it is the one approximation that may accept an invalid instance).
+
+Whitespace: `whitespace_pattern` (a regex) goes between all tokens. The default: after "{", "[",
+"," and before "}", "]" one space/tab or a newline plus up to 4 spaces/tabs per open container
+(INDENT_MAX 24 at most); around ":" and before "," one space/tab at most. Compact output,
+`json.dumps(x)` and `json.dumps(x, indent=2|4|"\\t")` match to a nesting depth of 6; nothing loops.
 
 Supported: type, enum, const, minimum, maximum, exclusiveMinimum/exclusiveMaximum (numbers and
-draft-4 booleans), minLength, maxLength, pattern, format (date, time, date-time, email, uuid, uri,
-ipv4, ipv6, hostname), properties, required, additionalProperties, propertyNames (for maps),
-minProperties/maxProperties when implied or "at least one", items, prefixItems, items arrays +
-additionalItems (draft 7), minItems, maxItems, uniqueItems (small finite item sets, tuples of
-disjoint positions, maxItems <= 1), allOf (merged), anyOf, oneOf, $ref (local: "#", JSON
-pointers with ~0 ~1 and %-escapes, $anchor, the root $id, $id of embedded resources).
-Annotations (title, description, default, examples, ...) and unknown keywords are ignored.
-Unsupported keywords (multipleOf, not, if/then/else, patternProperties, dependentRequired,
-dependentSchemas, contains, unevaluated*, $dynamicRef, ...) raise GrammarError naming the keyword
-and its JSON pointer; with lenient=True they are dropped and listed in `relaxed` instead
-("keyword at /pointer"). Recursive schemas and remote refs raise GrammarError in both modes.
+draft-4 booleans), minLength, maxLength, pattern, format (date, time, date-time, email, idn-email,
+uuid, uri, uri-reference, iri, iri-reference, ipv4, ipv6, hostname, json-pointer,
+relative-json-pointer, duration), properties, required, additionalProperties, propertyNames (for
+maps), minProperties/maxProperties when implied or "at least one", items, prefixItems, draft-7
+items arrays + additionalItems, minItems, maxItems, uniqueItems (small finite item sets, tuples of
+disjoint positions, maxItems <= 1), allOf (merged into one schema, never concatenated), anyOf and
+oneOf (distributed over their siblings), $ref ("#", JSON pointers with ~0 ~1 and %-escapes,
+definitions, $anchor, the root $id, embedded resources' $id; siblings merged).
+Annotations (title, description, default, examples, $comment, readOnly, ...) and unknown keywords
+are ignored. Unsupported keywords (multipleOf, not, if/then/else, patternProperties,
+dependentRequired, dependentSchemas, dependencies, contains, unevaluated*, $dynamicRef, other
+formats, ...) raise GrammarError "unsupported keyword 'k' at /pointer"; with lenient=True they are
+dropped and listed in `relaxed` ("k at /pointer"). Recursive schemas, remote refs and regexes
+longer than max_regex_chars raise GrammarError in both modes.
 """
 
 from __future__ import annotations
@@ -54,6 +66,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_formats import format_pattern
+from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
+from gdserve.grammar.json_patterns import StringSpec
 from gdserve.grammar.json_schema_norm import (
     _TYPES,
     Normalizer,
@@ -65,11 +79,9 @@ from gdserve.grammar.json_schema_norm import (
     _Sub,
     _value_types,
 )
-from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
 from gdserve.grammar.json_strings import (
     CHAR,
     Limits,
-    StringSpec,
     chars,
     complement,
     encode_charset,
@@ -83,6 +95,8 @@ ITEMS_CAP = 64
 MAX_MIN_BOUND = 1000
 MAX_BRANCHES = 256
 UNIQUE_SEQUENCES_LIMIT = 2000
+# ~200k regex characters take outlines-core ~15 s to index over a 49k-token vocabulary
+MAX_REGEX_CHARS = 200_000
 
 # Whitespace between tokens. After "{", "[", "," and before "}", "]": one space/tab, or a newline
 # and an indent of up to 4 spaces/tabs per open container, at most INDENT_MAX (indent=4 to depth 6,
@@ -106,14 +120,17 @@ class JsonSchemaRegex:
 
 
 def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                    lenient: bool = False) -> tuple[str, list[str]]:
+                    lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> tuple[str, list[str]]:
     """Compile a JSON Schema to (regex, relaxed). See the module docstring for the exact contract."""
-    r = compile_json_schema(schema, whitespace_pattern, lenient)
+    r = compile_json_schema(schema, whitespace_pattern, lenient, max_regex_chars=max_regex_chars)
     return r.regex, r.relaxed
 
 
 def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                        lenient: bool = False) -> JsonSchemaRegex:
+                        lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> JsonSchemaRegex:
+    """Like schema_to_regex, with the list of narrowed bounds too. Raises GrammarError for an
+    unsupported or unsatisfiable schema, and for a regex longer than max_regex_chars (a regex that
+    size takes outlines-core tens of seconds to index; such schemas want a grammar instead)."""
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)
@@ -133,6 +150,9 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     rx = c.compile([_Sub(schema, "", frozenset())])
     if rx is None:
         raise GrammarError(c.unsat[0] if c.unsat else "schema is unsatisfiable: no JSON value matches it")
+    if len(rx) > max_regex_chars:
+        raise GrammarError(f"schema too large for the regex compiler: {len(rx)} regex characters "
+                           f"(limit {max_regex_chars})")
     return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
 
 
@@ -226,8 +246,11 @@ class _Compiler(Normalizer):
     def _content(self, conj: list[_Sub], ptr: str) -> str | None:
         """Map values / array items: an unconstrained one nests one level less, so that a
         container with unconstrained contents is as deep as an unconstrained value."""
-        if all(s.schema is True or s.schema == {} for s in conj):
-            return self.any_value(conj[0].ptr if conj else ptr, ANY_VALUE_DEPTH - 1)
+        if not conj:
+            return self.any_value(ptr, ANY_VALUE_DEPTH - 1)
+        res = self._peek(conj)
+        if isinstance(res, _Node) and res.unconstrained():
+            return self.any_value(conj[0].ptr, ANY_VALUE_DEPTH - 1)
         return self.compile(conj)
 
     def any_value(self, ptr: str, depth: int = ANY_VALUE_DEPTH) -> str:
@@ -374,7 +397,10 @@ class _Compiler(Normalizer):
     # ---- objects
 
     def _key_not_in(self, names: list[str]) -> str:
-        """A JSON string (with quotes) whose decoded value is none of names."""
+        """A JSON string (with quotes) whose decoded value is none of names: either it leaves the
+        trie of names at some character (then anything follows), or it stops at a trie node that
+        is not a name. Each name character is matched in all its spellings, so escapes can't
+        smuggle a declared name in."""
         if not names:
             return f'"{CHAR}*"'
         trie: dict = {}
@@ -384,16 +410,33 @@ class _Compiler(Normalizer):
                 node = node.setdefault(c, {})
             node[None] = True
 
-        def rx(node) -> str:
-            alts = [] if None in node else [""]
-            kids = sorted(k for k in node if k is not None)
-            for c in kids:
-                alts.append(string_literal(c)[1:-1] + rx(node[c]))
-            other = encode_charset(complement(chars(*kids))) if kids else CHAR
-            alts.append(f"{other}{CHAR}*")
-            return "(?:" + "|".join(alts) + ")"
+        def group(alts: list[str]) -> str | None:
+            alts = [a for a in alts if a is not None]
+            if not alts:
+                return None
+            return alts[0] if len(alts) == 1 and alts[0] else "(?:" + "|".join(alts) + ")"
 
-        return '"' + rx(trie) + '"'
+        def deviate(node) -> str | None:
+            kids = sorted(k for k in node if k is not None)
+            alts = [encode_charset(complement(chars(*kids))) if kids else CHAR]
+            for c in kids:
+                d = deviate(node[c])
+                alts.append(None if d is None else string_literal(c)[1:-1] + d)
+            return group(alts)
+
+        def prefixes(node) -> str | None:
+            alts = [] if None in node else [""]
+            for c in sorted(k for k in node if k is not None):
+                p = prefixes(node[c])
+                if p is not None:
+                    alts.append(string_literal(c)[1:-1] + p)
+            return group(alts)
+
+        parts = [f"{deviate(trie)}{CHAR}*"]
+        pre = prefixes(trie)
+        if pre is not None:
+            parts.append(pre)
+        return '"' + group(parts) + '"'
 
     def _object(self, n: _Node) -> str | None:
         self.depth += 1
@@ -445,14 +488,24 @@ class _Compiler(Normalizer):
                     key = key_rx
                     if key is None:
                         extra = None
+        map_max = None
+        if extra is not None and not members and n.max_props is not None:
+            # a pure map: maxProperties bounds the members (a repeated key only counts extra: sound)
+            map_max = n.max_props
+            if map_max == 0:
+                extra = None
         if extra is not None:
             m = f"{key}{self.wsi}:{self.wsi}{extra}"
-            members.append(("", False, f"{m}(?:{sep}{m})*"))
-        members2 = [(r, m) for _, r, m in members]
+            if map_max is None:
+                rest = f"(?:{sep}{m})*"
+            else:
+                limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
+                rest = repeat(f"{sep}{m}", 0, map_max - 1, limits, self.narrowed, _show(n.max_props_ptr))
+            members.append(("", False, m + rest))
         # property counts
-        members = members2
-        lo_count = sum(1 for r, _ in members if r)
-        hi_count = None if extra is not None else len(members)
+        counted = [(r, m) for _, r, m in members]
+        lo_count = sum(1 for r, _ in counted if r)
+        hi_count = map_max if extra is not None else len(counted)
         all_optional_nonempty = False
         if n.min_props > lo_count:
             if lo_count == 0 and n.min_props == 1:
@@ -464,12 +517,12 @@ class _Compiler(Normalizer):
                 self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (maxProperties)")
                 return None
             self.unsupported("maxProperties", n.max_props_ptr)
-        if not members:
+        if not counted:
             if all_optional_nonempty:
                 self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minProperties)")
                 return None
             return f"\\{{{self.wsb}\\}}"
-        body, empty_ok = _join(members, sep)
+        body, empty_ok = _join(counted, sep)
         if empty_ok and not all_optional_nonempty:
             return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
         return f"\\{{{self.wsb}{body}{self.wsb}\\}}"

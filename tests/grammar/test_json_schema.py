@@ -22,8 +22,9 @@ from gdserve.grammar.json_schema import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-SUITE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance")) \
-    / "json-schema-test-suite" / "tests" / "draft2020-12"
+CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
+SUITE = CONFORMANCE / "json-schema-test-suite" / "tests" / "draft2020-12"
+MASKBENCH = CONFORMANCE / "maskbench-dev"
 
 UUID = "3f2b8c1e-9d4a-4b6e-8f01-2a3b4c5d6e7f"
 
@@ -1056,6 +1057,41 @@ def test_json_schema_test_suite():
     assert counts["compiled"] > 150
 
 
+def test_maskbench_dev_regex_soundness():
+    """MaskBench's dev split at the regex level (json.dumps(data, ensure_ascii=False), as MaskBench
+    feeds it): no invalid instance may match a strictly compiled schema."""
+    if not MASKBENCH.is_dir():
+        pytest.skip(f"MaskBench conformance corpus not found at {MASKBENCH}")
+    counts = dict(schemas=0, compiled=0, errors=0, too_large=0, valid=0, valid_accepted=0, invalid=0,
+                  approx_violations=0)
+    violations = []
+    for f in sorted(MASKBENCH.glob("*.json")):
+        d = json.loads(f.read_text())
+        counts["schemas"] += 1
+        try:  # a lower size limit than the default keeps Python's re (a backtracker) quick here
+            r = compile_json_schema(d["schema"], max_regex_chars=60_000)
+        except GrammarError as e:
+            counts["errors"] += 1
+            counts["too_large"] += "too large" in str(e)
+            continue
+        counts["compiled"] += 1
+        rx = re.compile(r.regex)
+        approx = any(x.startswith("oneOf") for x in r.relaxed)
+        for t in d["tests"]:
+            hit = rx.fullmatch(json.dumps(t["data"], ensure_ascii=False)) is not None
+            if t["valid"]:
+                counts["valid"] += 1
+                counts["valid_accepted"] += hit
+            else:
+                counts["invalid"] += 1
+                if hit and approx:
+                    counts["approx_violations"] += 1
+                elif hit:
+                    violations.append((f.name, t.get("description")))
+    print("MaskBench dev (regex level):", counts)
+    assert not violations, violations
+
+
 # ---------------------------------------------------------------------------------------------
 # Keyword-level behaviour
 
@@ -1338,6 +1374,10 @@ def test_property_counts():
     assert schema_to_regex(implied)[1] == ["any value at /properties/a (JSON nested at most 2 deep)"]
     with pytest.raises(GrammarError, match="minProperties"):
         schema_to_regex({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2})
+    small_map = rx_of({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2})
+    assert small_map.fullmatch("{}") and small_map.fullmatch('{"a": 1, "b": 2}')
+    assert not small_map.fullmatch('{"a": 1, "b": 2, "c": 3}')
+    assert rx_of({"type": "object", "additionalProperties": True, "maxProperties": 0}).fullmatch("{}")
 
 
 def test_any_value_is_depth_limited_and_reported():
@@ -1350,3 +1390,11 @@ def test_any_value_is_depth_limited_and_reported():
     assert schema_to_regex(True)[0] == r.regex
     with pytest.raises(GrammarError, match="unsatisfiable"):
         schema_to_regex(False)
+
+
+def test_regex_size_limit():
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(60)},
+            "additionalProperties": True}
+    regex, _ = schema_to_regex(wide)
+    with pytest.raises(GrammarError, match="too large"):
+        schema_to_regex(wide, max_regex_chars=len(regex) - 1)

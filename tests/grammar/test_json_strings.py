@@ -90,7 +90,7 @@ def test_patterns(pattern, yes, no):
 
 
 @pytest.mark.parametrize("pattern", [r"(?=a)b", r"(?!a)", r"(?<=a)b", r"(a)\1", r"\bword\b", r"\p{L}", r"a\Z",
-                                     "a(?i)b", "[a-", "(ab", "ab)", "*a", "a**", r"x\k<n>", r"a$b", r"a(^b)"])
+                                     "a(?i)b", "[a-", "(ab", "ab)", "*a", "a**", r"x\k<n>", r"a$b", r"a(^b)", "[^]x]", "[]a]"])
 def test_unsupported_patterns_raise(pattern):
     with pytest.raises(GrammarError, match="pattern"):
         schema_to_regex({"type": "string", "pattern": pattern})
@@ -205,12 +205,31 @@ def test_format_uuid_email_hostname_uri_time():
 
 
 def test_all_formats_have_patterns():
-    assert set(FORMATS) == {"date", "time", "date-time", "email", "uuid", "uri", "ipv4", "ipv6", "hostname"}
-    with pytest.raises(GrammarError, match="format 'duration'"):
-        schema_to_regex({"type": "string", "format": "duration"})
-    regex, relaxed = schema_to_regex({"type": "string", "format": "duration"}, lenient=True)
-    assert relaxed == ["format 'duration' at /"]
-    assert re.fullmatch(regex, '"P1D"')
+    assert set(FORMATS) == {"date", "time", "date-time", "email", "uuid", "uri", "ipv4", "ipv6", "hostname",
+                            "uri-reference", "iri", "iri-reference", "idn-email", "json-pointer",
+                            "relative-json-pointer", "duration"}
+    with pytest.raises(GrammarError, match="format 'semver'"):
+        schema_to_regex({"type": "string", "format": "semver"})
+    regex, relaxed = schema_to_regex({"type": "string", "format": "semver"}, lenient=True)
+    assert relaxed == ["format 'semver' at /"]
+    assert re.fullmatch(regex, '"1.2.3"')
     # format constrains strings only
     rx = rx_for({"format": "ipv4"})
     assert rx.fullmatch("12") and rx.fullmatch('"1.2.3.4"') and not rx.fullmatch('"1.2.3"')
+
+
+def test_more_formats():
+    cases = {
+        "uri-reference": (["https://a.b/c", "/x/y?z#w", "../up", "", "#frag", "?q", "a:b", "//host/p"],
+                          ["a b", "%zz", "x\\y"]),
+        "json-pointer": (["", "/a", "/a~0b/c~1d", "/"], ["a", "/~2", "/~"]),
+        "relative-json-pointer": (["0", "1#", "12/a/b", "0/"], ["01", "-1", "#", "/a"]),
+        "duration": (["P1D", "PT1H", "P1Y2M3DT4H5M6S", "P2W", "PT30S", "P1M", "PT1H30M"],
+                     ["P", "PT", "P1H", "1D", "P1D2Y", "P1W2D", "PT1S2M"]),
+    }
+    for fmt, (yes, no) in cases.items():
+        rx = _fmt(fmt)
+        for s in yes:
+            assert rx.fullmatch(json.dumps(s)), (fmt, s)
+        for s in no:
+            assert not rx.fullmatch(json.dumps(s)), (fmt, s)
