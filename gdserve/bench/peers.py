@@ -142,7 +142,8 @@ class OutlinesBackend:
         import outlines_core
         from outlines_core.json_schema import build_regex_from_schema
         from outlines_core.kernels.torch import fill_next_token_bitmask
-        self._oc, self._regex, self._fill = outlines_core, build_regex_from_schema, fill_next_token_bitmask
+        self._oc, self._regex = outlines_core, build_regex_from_schema
+        self._fill = fill_next_token_bitmask
         self.vocabulary = outlines_core.Vocabulary(eos_token_id,
                                                    byte_level_vocabulary(tokenizer, eos_token_id))
         self.vocab_size = vocab_size
