@@ -314,10 +314,11 @@ def _run_case(worker: Worker, run: BackendRun, case: Case, case_tokens: list[lis
     except (EOFError, OSError):
         return {"outcome": "crash", "detail": f"worker died during {stage} "
                 f"(exit code {worker.process.exitcode})"}, False
-    for r in results:
-        run.tbm_us.extend(r["fill_us"])
+    fills = [us for r in results for us in r["fill_us"]]
+    run.tbm_us.extend(fills)
     outcome, detail = classify(case.tests, results)
-    record = {"outcome": outcome, "ttfm_ms": round(ttfm_ms, 3)}
+    record = {"outcome": outcome, "ttfm_ms": round(ttfm_ms, 3),
+              "tbm_max_us": round(max(fills), 1) if fills else None}
     if detail:
         record["detail"] = detail
     if disagree := sum(r["disagree"] for r in results):
