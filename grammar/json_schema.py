@@ -32,8 +32,8 @@ accepts (`jsonschema`, formats checked). Completeness is best effort; left out o
   bounds above MAX_MIN_BOUND raise GrammarError.
 - `oneOf` is exact when its branches are provably disjoint (types, `const`/`enum` values, numeric
   ranges, a required property with disjoint values, or `additionalProperties: false` against the
-  other branch's required key); otherwise it is compiled as `anyOf` and listed in `relaxed` (in
-  both modes: it is the one approximation that may accept an invalid instance).
+  other branch's required key); otherwise strict mode raises GrammarError and lenient mode
+  compiles it as `anyOf`, listed in `relaxed` (an approximation that may accept an invalid instance).
 
 Whitespace: `whitespace_pattern` (a regex) goes between all tokens. The default: after "{", "[",
 "," and before "}", "]" one space/tab or a newline plus up to 4 spaces/tabs per open container
@@ -201,6 +201,10 @@ class _Compiler(Normalizer):
                                    "branches")
             parts = [self.compile(c, width) for c in res.conjs]
             if res.kind == "oneOf" and len(res.conjs) > 1 and not self._pairwise_disjoint(res.conjs):
+                # anyOf would accept an instance valid in two branches: only on request.
+                if not self.lenient:
+                    raise GrammarError(f"oneOf at {_show(res.ptr)}: the branches are not provably exclusive, "
+                                       "so 'exactly one' cannot be enforced; lenient mode compiles it as anyOf")
                 self.relaxed.append(f"oneOf at {_show(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
             parts = list(dict.fromkeys(p for p in parts if p is not None))
             out = None if not parts else parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
