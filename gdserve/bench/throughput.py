@@ -13,17 +13,49 @@ from gdserve.bench.workloads import load_workload_module
 from gdserve.models.registry import DEFAULT_MODEL
 
 
-def run_engine(requests: list[dict], model: str, engine_args: dict) -> dict:
-    from gdserve import LLM, SamplingParams
-    llm = LLM(model, **engine_args)
-    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
-    llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
+def _timed_generate(llm, prompts: list[dict], params: list) -> tuple[dict, list]:
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
     seconds = time.perf_counter() - start
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+    return {"output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}, outputs
+
+
+def _warm_llm(model: str, engine_args: dict, prompts: list[dict]):
+    from gdserve import LLM, SamplingParams
+    llm = LLM(model, **engine_args)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2))
+    return llm
+
+
+def run_engine(requests: list[dict], model: str, engine_args: dict) -> dict:
+    from gdserve import SamplingParams
+    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
+    llm = _warm_llm(model, engine_args, prompts)
+    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
+    return _timed_generate(llm, prompts, params)[0]
+
+
+def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) -> dict:
+    """Every request JSON-schema constrained, then the same batch unguided with each request's
+    max_tokens set to what its guided run produced: the same work with and without the masks.
+    Grammars are compiled (and cached) before the clock starts."""
+    from gdserve import SamplingParams
+    from gdserve.sampling_params import GuidedDecodingParams
+    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
+    llm = _warm_llm(model, engine_args, prompts)
+    guided = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0,
+                             guided=GuidedDecodingParams(json=r["json_schema"])) for r in requests]
+    for p in guided:
+        llm.engine.guided.submit(p.guided).result()
+    guided_run, outputs = _timed_generate(llm, prompts, guided)
+    lengths = [len(o.outputs[0].token_ids) for o in outputs]
+    unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in lengths]
+    llm.engine.kv_cache.reset_prefix_cache()  # or the second run would skip its prefill
+    unguided_run, _ = _timed_generate(llm, prompts, unguided)
+    llm.engine.close()
+    return {"guided": guided_run, "unguided": unguided_run,
+            "ratio": guided_run["tokens_per_s"] / unguided_run["tokens_per_s"]}
 
 
 def run_hf(requests: list[dict], model_dir: Path, dtype: torch.dtype, device: torch.device,
@@ -56,7 +88,11 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     from gdserve.entrypoints.cli import engine_kwargs
     from gdserve.models.loader import resolve_model
     workloads = load_workload_module()
-    make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload}[args.workload]
+    make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload,
+            "guided": workloads.guided_workload,
+            # the guided workload at the CPU workload's scale
+            "cpu-guided": lambda n=32: workloads.guided_workload(n=n, prompt_len=(32, 256), max_tokens=128)}
+    make = make[args.workload]
     requests = make(n=args.num_requests) if args.num_requests else make()
     engine_args = engine_kwargs(args)
     config = EngineConfig(model=args.model, **engine_args)
@@ -64,6 +100,14 @@ def cmd_throughput(args: argparse.Namespace) -> None:
               "num_requests": len(requests), "model": args.model, "device": str(config.torch_device()),
               "dtype": str(config.torch_dtype()), "torch_threads": torch.get_num_threads(),
               "machine": platform.processor() or platform.machine()}
+    if "guided" in args.workload:
+        print(f"engine, guided then unguided: {len(requests)} requests ...", file=sys.stderr, flush=True)
+        result.update(run_guided_vs_unguided(requests, args.model, engine_args))
+        _print("guided", result["guided"])
+        _print("unguided", result["unguided"])
+        print(f"ratio guided / unguided: {result['ratio']:.2f}x")
+        _write(result, args.output)
+        return
     print(f"engine: {len(requests)} requests ...", file=sys.stderr, flush=True)
     result["engine"] = run_engine(requests, args.model, engine_args)
     _print("engine", result["engine"])
@@ -74,21 +118,26 @@ def cmd_throughput(args: argparse.Namespace) -> None:
         _print("hf", result["hf"])
         result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]
         print(f"ratio engine / hf: {result['ratio']:.2f}x")
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.output}", file=sys.stderr)
+    _write(result, args.output)
+
+
+def _write(result: dict, output: str | None) -> None:
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {output}", file=sys.stderr)
 
 
 def _print(name: str, r: dict) -> None:
-    print(f"{name:>7}: {r['output_tokens']} output tokens in {r['seconds']:.1f} s = "
+    print(f"{name:>8}: {r['output_tokens']} output tokens in {r['seconds']:.1f} s = "
           f"{r['tokens_per_s']:.1f} tokens/s")
 
 
 def add_throughput_parser(sub, add_engine_args) -> None:
     p = sub.add_parser("throughput", help="engine vs HF transformers generate on a standard workload")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    p.add_argument("--workload", choices=["cpu", "random"], default="cpu")
+    p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided"], default="cpu",
+                   help="guided workloads compare the engine guided vs unguided on the same batch")
     p.add_argument("--num-requests", type=int)
     p.add_argument("--hf-batch-size", type=int, default=16)
     p.add_argument("--skip-hf", action="store_true")

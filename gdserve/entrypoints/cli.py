@@ -16,6 +16,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+    parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -23,7 +24,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
-                enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format)
+                enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
+                grammar_compile_timeout_s=args.grammar_compile_timeout_s)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
