@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -442,12 +443,18 @@ class _Compiler(Normalizer):
             parts.append(pre)
         return '"' + group(parts) + '"'
 
-    def _object(self, n: _Node) -> str | None:
+    @contextmanager
+    def _nested(self):
+        """One container deeper while its body compiles (the whitespace indent follows depth)."""
         self.depth += 1
         try:
-            return self._object_body(n)
+            yield
         finally:
             self.depth -= 1
+
+    def _object(self, n: _Node) -> str | None:
+        with self._nested():
+            return self._object_body(n)
 
     def _object_body(self, n: _Node) -> str | None:
         sep = f"{self.wsi},{self.wsb}"
@@ -534,11 +541,8 @@ class _Compiler(Normalizer):
     # ---- arrays
 
     def _array(self, n: _Node) -> str | None:
-        self.depth += 1
-        try:
+        with self._nested():
             return self._array_body(n)
-        finally:
-            self.depth -= 1
 
     def _array_body(self, n: _Node) -> str | None:
         sep = f"{self.wsi},{self.wsb}"

@@ -158,9 +158,8 @@ class LLMEngine:
 
     def _sample_and_append(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         stop_ids_until_min = [self._min_tokens_stop_ids(s) for s in seqs]
-        batch = SamplingBatch.build([s.params for s in seqs],
-                                    [s.token_ids[:s.num_prompt_tokens] for s in seqs],
-                                    [s.output_token_ids for s in seqs],
+        batch = SamplingBatch.build([s.params for s in seqs], [s.token_ids for s in seqs],
+                                    [s.num_prompt_tokens for s in seqs],
                                     [s.generator for s in seqs], stop_ids_until_min,
                                     logits.shape[-1], logits.device)
         out = self.sampler(logits, batch)

@@ -49,8 +49,8 @@ class SamplingBatch:
     max_num_logprobs: int | None             # None: no row wants logprobs
 
     @classmethod
-    def build(cls, params: list[SamplingParams], prompt_token_ids: list[list[int]],
-              output_token_ids: list[list[int]], generators: list[torch.Generator | None],
+    def build(cls, params: list[SamplingParams], token_ids: list[list[int]], num_prompt_tokens: list[int],
+              generators: list[torch.Generator | None],
               stop_ids_until_min: list[set[int]], vocab_size: int,
               device: torch.device | str) -> "SamplingBatch":
         sampled = [i for i, p in enumerate(params) if p.temperature >= _GREEDY_TEMPERATURE]
@@ -72,8 +72,8 @@ class SamplingBatch:
             all_seeded=len(seeded) == len(sampled),
             logit_bias=_logit_bias(params, device),
             min_tokens_mask=_min_tokens_mask(stop_ids_until_min, device),
-            repetition=_repetition(params, prompt_token_ids, output_token_ids, vocab_size, device),
-            frequency_presence=_frequency_presence(params, output_token_ids, vocab_size, device),
+            repetition=_repetition(params, token_ids, vocab_size, device),
+            frequency_presence=_frequency_presence(params, token_ids, num_prompt_tokens, vocab_size, device),
             max_num_logprobs=max(logprobs) if logprobs else None,
         )
 
@@ -108,18 +108,18 @@ def _token_counts(token_ids: list[list[int]], vocab_size: int, device) -> torch.
     return counts.index_put_((rows, flat), torch.ones_like(flat, dtype=counts.dtype), accumulate=True)
 
 
-def _repetition(params, prompt_token_ids, output_token_ids, vocab_size, device) -> RepetitionPenalty | None:
+def _repetition(params, token_ids, vocab_size, device) -> RepetitionPenalty | None:
     rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if not rows:
         return None
-    ids = [prompt_token_ids[i] + output_token_ids[i] for i in rows]
+    ids = [token_ids[i] for i in rows]  # prompt and output
     return RepetitionPenalty(
         rows=_long(rows, device),
         penalty=torch.tensor([params[i].repetition_penalty for i in rows], device=device).unsqueeze(1),
         seen=_token_counts(ids, vocab_size, device) > 0)
 
 
-def _frequency_presence(params, output_token_ids, vocab_size, device) -> FrequencyPresencePenalty | None:
+def _frequency_presence(params, token_ids, num_prompt_tokens, vocab_size, device) -> FrequencyPresencePenalty | None:
     rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0 or p.presence_penalty != 0]
     if not rows:
         return None
@@ -127,7 +127,7 @@ def _frequency_presence(params, output_token_ids, vocab_size, device) -> Frequen
         rows=_long(rows, device),
         frequency=torch.tensor([params[i].frequency_penalty for i in rows], device=device).unsqueeze(1),
         presence=torch.tensor([params[i].presence_penalty for i in rows], device=device).unsqueeze(1),
-        counts=_token_counts([output_token_ids[i] for i in rows], vocab_size, device))
+        counts=_token_counts([token_ids[i][num_prompt_tokens[i]:] for i in rows], vocab_size, device))
 
 
 @dataclass

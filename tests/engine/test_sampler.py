@@ -15,7 +15,8 @@ PROBS = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.005, 0.003, 0.00
 
 def build(params, prompts=None, outputs=None, generators=None, stop_until_min=None, vocab=V):
     n = len(params)
-    return SamplingBatch.build(params, prompts or [[] for _ in range(n)], outputs or [[] for _ in range(n)],
+    prompts, outputs = prompts or [[] for _ in range(n)], outputs or [[] for _ in range(n)]
+    return SamplingBatch.build(params, [p + o for p, o in zip(prompts, outputs)], [len(p) for p in prompts],
                                generators or [None] * n, stop_until_min or [set() for _ in range(n)],
                                vocab, "cpu")
 
