@@ -1,7 +1,10 @@
-"""Compute kernels. Each op has a torch reference (the CPU path); the GPU issue adds Triton
-implementations beside them, dispatched by device."""
+"""Compute kernels. Each op has a torch reference (the portable path); the CPU path runs native
+C kernels from csrc/ where a compiler is available, and the GPU issue adds Triton beside them,
+dispatched by device."""
+from gdserve.kernels.activation import silu_and_mul
 from gdserve.kernels.bitmask import apply_token_bitmask
 from gdserve.kernels.kv_cache import write_kv_cache
 from gdserve.kernels.paged_attention import paged_attention
+from gdserve.kernels.rms_norm import rms_norm
 
-__all__ = ["write_kv_cache", "paged_attention"]
+__all__ = ["apply_token_bitmask", "paged_attention", "rms_norm", "silu_and_mul", "write_kv_cache"]

@@ -4,8 +4,12 @@ Sequence i owns query rows query_start_loc[i]:query_start_loc[i+1] (its new toke
 causally over its first seq_lens[i] cached tokens, found through block_tables[i]. The new tokens
 are the last query_len of those, so row j of a chunk may see keys up to seq_len - query_len + j.
 """
+import ctypes
+
 import torch
 import torch.nn.functional as F
+
+from gdserve.kernels import native
 
 _DECODE_GROUP = 16
 
@@ -17,7 +21,7 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> 
     return blocks.flatten(0, 1)[:seq_len]                      # [L, KVH, D]
 
 
-def _decode_attention(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
+def _decode_attention_padded(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
     """All rows are single-token decodes: one padded, masked SDPA for the whole batch."""
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -48,6 +52,42 @@ def _chunk_attention(q, k, v, scale):
     return out[0].transpose(0, 1)                                       # [Q, H, D]
 
 
+def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor,
+                               seq_lens: list[int], scale: float) -> torch.Tensor:
+    """q: [S, H, D], one query token per sequence. Decodes go in groups, each padded to its own
+    longest context: with the caller's decodes sorted by length, this halves the padded work."""
+    out = torch.empty_like(q)
+    for i in range(0, q.shape[0], _DECODE_GROUP):
+        j = min(i + _DECODE_GROUP, q.shape[0])
+        out[i:j] = _decode_attention_padded(q[i:j], k_cache, v_cache, block_tables[i:j],
+                                            seq_lens_tensor[i:j], max(seq_lens[i:j]), scale)
+    return out
+
+
+def native_decode_available(q: torch.Tensor) -> bool:
+    return native.kernel("paged_decode_attention", q) is not None
+
+
+def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor,
+                            scale: float) -> torch.Tensor:
+    """The same as decode_attention_reference, reading the cache blocks in place (csrc/)."""
+    kernel = native.kernel("paged_decode_attention", q)
+    q = q.contiguous()
+    block_tables = block_tables.to(torch.int32).contiguous()
+    seq_lens_tensor = seq_lens_tensor.to(torch.int32).contiguous()
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.dtype == q.dtype
+    num_seqs, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    out = torch.empty_like(q)
+    ptr = native.ptr
+    kernel(ptr(q), ptr(k_cache), ptr(v_cache), ptr(block_tables), ptr(seq_lens_tensor), ptr(out),
+           num_seqs, num_heads, num_kv_heads, head_dim, block_size, block_tables.shape[1],
+           ctypes.c_float(scale), torch.get_num_threads())
+    return out
+
+
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor, query_lens: list[int],
                     seq_lens: list[int], num_decodes: int, scale: float) -> torch.Tensor:
@@ -56,12 +96,13 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     block_tables: [S, max_blocks] int32; seq_lens_tensor: [S] (seq_lens on the device).
     Returns [T, H, D]."""
     out = torch.empty_like(query)
-    # Decodes go in groups, each padded to its own longest context: with the caller's decodes
-    # sorted by length, this halves the padded work of one batch-wide call.
-    for i in range(0, num_decodes, _DECODE_GROUP):
-        j = min(i + _DECODE_GROUP, num_decodes)
-        out[i:j] = _decode_attention(query[i:j], k_cache, v_cache, block_tables[i:j],
-                                     seq_lens_tensor[i:j], max(seq_lens[i:j]), scale)
+    if num_decodes:
+        q, tables, lens = query[:num_decodes], block_tables[:num_decodes], seq_lens_tensor[:num_decodes]
+        if native_decode_available(q):
+            out[:num_decodes] = decode_attention_native(q, k_cache, v_cache, tables, lens, scale)
+        else:
+            out[:num_decodes] = decode_attention_reference(q, k_cache, v_cache, tables, lens,
+                                                           seq_lens[:num_decodes], scale)
     start = num_decodes
     for i in range(num_decodes, len(query_lens)):
         q_len, s_len = query_lens[i], seq_lens[i]

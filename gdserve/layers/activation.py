@@ -1,10 +1,10 @@
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from gdserve.kernels import silu_and_mul
 
 
 class SiluAndMul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, 2 * I] (gate then up) -> [T, I]"""
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return silu_and_mul(x)

@@ -1,6 +1,8 @@
 import torch
 from torch import nn
 
+from gdserve.kernels import rms_norm
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6):
@@ -8,16 +10,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        # Variance in fp32, then back to the input dtype before the weight, as transformers does.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Without residual: norm(x). With it: (norm(x + residual), x + residual)."""
-        if residual is None:
-            return self._norm(x)
-        x = x + residual
-        return self._norm(x), x
+        """Without residual: norm(x). With it: (norm(x + residual), x + residual); the residual
+        tensor may be updated in place."""
+        return rms_norm(x, self.weight, self.eps, residual)

@@ -36,8 +36,9 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None,
                      f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Neox style (HF rotate_half): the two halves of the head dim form the complex pairs."""
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, D]; cos/sin from RotaryEmbedding. Neox style (HF rotate_half): the two
+    halves of the head dim form the complex pairs."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -60,9 +61,7 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[:, None] * inv_freq[None, :]  # [P, D / 2]
         self.cos, self.sin = freqs.cos(), freqs.sin()
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor,
-                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions: [T]; q: [T, H, D]; k: [T, KVH, D]."""
-        cos = self.cos[positions].to(q.dtype)[:, None, :]  # [T, 1, D / 2]
-        sin = self.sin[positions].to(q.dtype)[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] -> (cos, sin), each [T, 1, D / 2] in dtype: computed once per forward,
+        shared by every layer's apply_rotary."""
+        return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]

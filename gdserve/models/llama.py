@@ -9,7 +9,7 @@ from torch import nn
 from gdserve.layers.activation import SiluAndMul
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.layers.norm import RMSNorm
-from gdserve.layers.rotary import RotaryEmbedding
+from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
 from gdserve.models.config import ModelConfig
 
 # Our fused projection -> the HF checkpoint projections stacked in it, in order.
@@ -30,7 +30,7 @@ class MergedLinear(nn.Linear):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, rotary_emb: RotaryEmbedding):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -40,17 +40,16 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = MergedLinear(config.hidden_size, [self.q_size, self.kv_size, self.kv_size],
                                      bias=config.attention_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
-        self.rotary_emb = rotary_emb  # shared by all layers
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim,
                               scale=self.head_dim ** -0.5)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor,
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)     # [T, H, D]
-        k = k.view(-1, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
+        qk, v = self.qkv_proj(x).split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        # q and k sit side by side in the projection: one rotation covers both.
+        qk = apply_rotary(qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary_emb(positions, q, k)
         return self.o_proj(self.attn(q, k, v, meta))      # attn: [T, H * D]
 
 
@@ -67,21 +66,21 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, rotary_emb: RotaryEmbedding):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        self.self_attn = LlamaAttention(config, rotary_emb)
+        self.self_attn = LlamaAttention(config)
         self.mlp = LlamaMLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
-                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
+                residual: torch.Tensor | None, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (this layer's MLP output, the residual stream before it); the next norm adds them."""
         if residual is None:
             x, residual = self.input_layernorm(x), x
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x, meta)
+        x = self.self_attn(rope, x, meta)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -90,17 +89,17 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
-                                     config.rope_theta, config.rope_scaling)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, rotary_emb)
-                                    for _ in range(config.num_hidden_layers))
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
+                                          config.rope_theta, config.rope_scaling)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
+        rope = self.rotary_emb(positions, x.dtype)
         for layer in self.layers:
-            x, residual = layer(positions, x, residual, meta)
+            x, residual = layer(rope, x, residual, meta)
         x, _ = self.norm(x, residual)
         return x
 

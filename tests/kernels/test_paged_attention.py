@@ -86,3 +86,20 @@ def test_write_kv_cache_places_tokens_at_slots():
     torch.testing.assert_close(v_cache[0, 2], value[1])
     torch.testing.assert_close(k_cache[1, 3], key[2])
     assert k_cache.abs().sum(dim=(-1, -2)).count_nonzero() == 3
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(9, 3, 64), (4, 4, 16), (8, 1, 32)])
+def test_native_decode_matches_reference(dtype, tol, num_heads, num_kv_heads, head_dim):
+    from gdserve.kernels.paged_attention import (decode_attention_native, decode_attention_reference,
+                                                 native_decode_available)
+    seq_lens = [1, 15, 16, 17, 64, 130]
+    q, k_cache, v_cache, tables, _ = build_case([1] * len(seq_lens), seq_lens, num_heads, num_kv_heads,
+                                                head_dim, 16, seed=2)
+    q, k_cache, v_cache = q.to(dtype), k_cache.to(dtype), v_cache.to(dtype)
+    if not native_decode_available(q):
+        pytest.skip("no C compiler for the native CPU kernels")
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    expected = decode_attention_reference(q, k_cache, v_cache, tables, lens, seq_lens, 0.125)
+    out = decode_attention_native(q, k_cache, v_cache, tables, lens, 0.125)
+    torch.testing.assert_close(out.float(), expected.float(), atol=tol, rtol=tol)

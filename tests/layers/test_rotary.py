@@ -3,7 +3,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from gdserve.layers.rotary import RotaryEmbedding
+from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
 from gdserve.models.config import ModelConfig
 
 SCALINGS = {
@@ -30,7 +30,8 @@ def test_matches_hf_apply_rotary_pos_emb(scaling, dtype):
     cos, sin = LlamaRotaryEmbedding(hf_config)(q, positions[None])  # [1, T, D]
     # HF's layout is [B, H, T, D]: put T on dim 2 and back.
     hf_q, hf_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
-    our_q, our_k = rope(positions, q, k)
+    cos_sin = rope(positions, dtype)
+    our_q, our_k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
     torch.testing.assert_close(our_q, hf_q[0].transpose(0, 1), atol=1e-6, rtol=0)
     torch.testing.assert_close(our_k, hf_k[0].transpose(0, 1), atol=1e-6, rtol=0)
 

@@ -1,0 +1,20 @@
+import torch
+import torch.nn.functional as F
+
+from gdserve.kernels import native
+
+
+def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
+    """x: [..., 2 * I] (gate then up) -> [..., I]"""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    kernel = native.kernel("silu_and_mul", x)
+    if kernel is None or not x.is_contiguous():
+        return silu_and_mul_reference(x)
+    inter = x.shape[-1] // 2
+    out = x.new_empty(*x.shape[:-1], inter)
+    kernel(native.ptr(x), native.ptr(out), x.numel() // x.shape[-1], inter, torch.get_num_threads())
+    return out

@@ -1,0 +1,61 @@
+/* Paged attention for single-token decodes on the CPU, reading K/V blocks in place.
+ *
+ * The torch reference gathers each sequence's blocks into a contiguous copy before attending;
+ * at decode time that copy costs more than the attention itself. Here each sequence walks its
+ * block table once for the scores and once for the values, reading every block in place.
+ *
+ * Layouts: q/out [S, H, D]; k_cache/v_cache [num_blocks, block_size, KVH, D]; block_tables
+ * [S, max_blocks] int32; seq_lens [S] int32. Accumulation is float32 whatever the storage type.
+ * Built at first use by gdserve.kernels.cpu_build (gcc -O3 -march=native -ffast-math -fopenmp).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+/* Softmax weights of far-off tokens underflow to denormals, which cost ~100x per multiply on
+ * x86: flush them to zero in this kernel's threads (and restore the caller's mode after). */
+#define FTZ_DAZ_BEGIN unsigned int saved_csr = _mm_getcsr(); _mm_setcsr(saved_csr | 0x8040u);
+#define FTZ_DAZ_END _mm_setcsr(saved_csr);
+#else
+#define FTZ_DAZ_BEGIN
+#define FTZ_DAZ_END
+#endif
+
+static inline float bf16_to_float(uint16_t x) {
+    uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {  /* round to nearest even, as torch does */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);  /* NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* Touch the next block while this one computes: block rows are contiguous, so the hardware
+ * prefetcher alone would stall at every jump between a sequence's (scattered) blocks. */
+static inline void prefetch_block(const void *p, long bytes) {
+    for (long off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)p + off, 0, 1);
+}
+
+#define T float
+#define LOAD(x) (x)
+#define STORE(x) (x)
+#define NAME paged_decode_attention_f32
+#include "paged_decode_attention.inc"
+#undef T
+#undef LOAD
+#undef STORE
+#undef NAME
+
+#define T uint16_t
+#define LOAD(x) bf16_to_float(x)
+#define STORE(x) float_to_bf16(x)
+#define NAME paged_decode_attention_bf16
+#include "paged_decode_attention.inc"

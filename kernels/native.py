@@ -1,0 +1,87 @@
+"""The CPU's native kernels: C sources in kernels/csrc, built with the system compiler on first use
+and cached by (source, compiler, CPU) under $GDSERVE_CACHE/kernels. They link the OpenMP runtime
+torch has already loaded, so they share its thread pool. Where no compiler works, `library()`
+returns None and callers keep the torch reference."""
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from functools import cache
+from pathlib import Path
+
+import torch
+
+_CSRC = Path(__file__).parent / "csrc"
+_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+
+
+def _cache_dir() -> Path:
+    root = Path(os.environ.get("GDSERVE_CACHE") or Path.home() / ".cache" / "gdserve")
+    return root / "kernels"
+
+
+def _cpu_signature() -> str:
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        flags = ""
+    return platform.machine() + flags
+
+
+def _build_key(compiler: str) -> str:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    digest = hashlib.sha256()
+    files = sorted(_CSRC.iterdir())
+    for part in [version, _cpu_signature(), " ".join(_FLAGS), *(f.read_text() for f in files)]:
+        digest.update(part.encode())
+    return digest.hexdigest()[:16]
+
+
+def _build(compiler: str, sources: list[Path], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        cmd = [compiler, *_FLAGS, *map(str, sources), "-o", str(out), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+        os.replace(out, target)  # atomic: concurrent builders agree on one file
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    if sys.platform != "linux" or os.environ.get("GDSERVE_NATIVE_KERNELS", "1") == "0":
+        return None
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        warnings.warn("gdserve: no C compiler found; CPU attention uses the torch reference")
+        return None
+    try:
+        target = _cache_dir() / _build_key(compiler) / "libgdserve_cpu.so"
+        if not target.exists():
+            _build(compiler, sorted(_CSRC.glob("*.c")), target)
+        return ctypes.CDLL(str(target))
+    except (OSError, RuntimeError) as e:
+        warnings.warn(f"gdserve: native CPU kernels unavailable ({e}); using the torch reference")
+        return None
+
+
+_SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def kernel(name: str, like: torch.Tensor):
+    """The native `name_{f32,bf16}` for tensors like `like`, or None where the torch reference
+    must run (not on the CPU, another dtype, no compiler)."""
+    if like.device.type != "cpu" or like.dtype not in _SUFFIX:
+        return None
+    lib = library()
+    return None if lib is None else getattr(lib, f"{name}_{_SUFFIX[like.dtype]}")
+
+
+def ptr(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())

@@ -1,0 +1,31 @@
+import ctypes
+
+import torch
+
+from gdserve.kernels import native
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                       residual: torch.Tensor | None = None):
+    """Without residual: norm(x) * weight. With it: (norm(x + residual) * weight, x + residual).
+    The variance is taken in float32 and the normed value cast back before the weight, as
+    transformers does."""
+    if residual is not None:
+        x = x + residual
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    out = weight * h.to(x.dtype)
+    return out if residual is None else (out, x)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+    """rms_norm_reference in one native pass where there is one (the residual is updated in place)."""
+    kernel = native.kernel("rms_norm", x)
+    if kernel is None or weight.dtype != x.dtype or not x.is_contiguous() or \
+            (residual is not None and not residual.is_contiguous()):
+        return rms_norm_reference(x, weight, eps, residual)
+    out = torch.empty_like(x)
+    hidden = x.shape[-1]
+    kernel(native.ptr(x), None if residual is None else native.ptr(residual), native.ptr(weight),
+           native.ptr(out), x.numel() // hidden, hidden, ctypes.c_float(eps), torch.get_num_threads())
+    return out if residual is None else (out, residual)
