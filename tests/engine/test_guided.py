@@ -23,7 +23,7 @@ ENGINE_SCHEMAS = ["person", "invoice", "order_line_items", "calendar_event", "ad
 
 @pytest.fixture(scope="module")
 def llm(smollm2_dir):
-    llm = LLM(str(smollm2_dir), kv_cache_memory=512 << 20)
+    llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=512 << 20)
     yield llm
     llm.engine.close()
 
@@ -133,7 +133,7 @@ def test_guided_survives_preemption(smollm2_dir):
                                                "age": {"type": "integer", "minimum": 0, "maximum": 120}},
               "required": ["name", "age"], "additionalProperties": False}
     # 8 blocks of 16 tokens: two ~50-token prompts fill most of it, so growing sequences preempt.
-    small = LLM(str(smollm2_dir), kv_cache_memory=8 * 737280, block_size=16, max_model_len=128)
+    small = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=8 * 737280, block_size=16, max_model_len=128)
     prompts = [chat_ids(small, f"Describe person number {i} as JSON.") for i in range(6)]
     outs = small.generate(prompts, json_params(schema, 64))
     assert small.engine.scheduler.num_preemptions > 0

@@ -73,7 +73,7 @@ def run_staggered(llm: LLM, prompt_ids: list[list[int]], params: SamplingParams)
 
 @pytest.fixture(scope="module")
 def tiny_llm(tiny_llama_dir):
-    return LLM(str(tiny_llama_dir), max_num_batched_tokens=64, kv_cache_memory=1 << 22, block_size=4)
+    return LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=64, kv_cache_memory=1 << 22, block_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_e
     # 16 blocks of 4 tokens: 16 requests of up to 63 tokens cannot all fit at once.
     per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
                                          4, torch.float32)
-    small = LLM(str(tiny_llama_dir), max_num_batched_tokens=64, kv_cache_memory=16 * per_block,
+    small = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=64, kv_cache_memory=16 * per_block,
                 block_size=4, max_model_len=64)
     assert small.engine.kv_cache.num_blocks == 16
     outs = small.generate([{"prompt_token_ids": ids} for ids in tiny_prompts], greedy(24))
@@ -120,7 +120,7 @@ def test_prefix_cache_hit_same_output_fewer_computed_tokens(tiny_llm, tiny_promp
     assert first.num_cached_tokens == 0
     assert again.num_cached_tokens >= (len(prefix) // 4) * 4 - 4 > 0
     assert again.outputs[0].token_ids == first.outputs[0].token_ids
-    no_cache = LLM(str(tiny_llm.engine.config.model), kv_cache_memory=1 << 22, block_size=4,
+    no_cache = LLM(str(tiny_llm.engine.config.model), dtype="float32", kv_cache_memory=1 << 22, block_size=4,
                    enable_prefix_caching=False)
     assert no_cache.generate({"prompt_token_ids": prefix + [5, 6]}, greedy(8))[0].outputs[0].token_ids == \
         first.outputs[0].token_ids
@@ -198,7 +198,7 @@ def test_bad_requests_are_rejected_without_leaking(tiny_llm):
 
 @pytest.fixture(scope="module")
 def smol_llm(smollm2_dir):
-    return LLM(str(smollm2_dir), kv_cache_memory=256 << 20)
+    return LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20)
 
 
 @pytest.fixture(scope="module")
