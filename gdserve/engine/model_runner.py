@@ -32,6 +32,16 @@ class ModelRunner:
         hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[last_index[sample_rows]])
 
+    @torch.inference_mode()
+    def embed(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
+        """Prefill token_ids into the given (scratch) blocks in one forward; return the mean of the
+        final-normed hidden states, L2-normalized, as float32 [hidden]."""
+        positions, meta = AttentionMetadata.build([block_table], [0], [len(token_ids)],
+                                                  self.block_size, self.device)
+        input_ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device)
+        hidden = self.model(input_ids, positions, meta).float()  # [T, hidden]
+        return torch.nn.functional.normalize(hidden.mean(0), dim=0).cpu()
+
     def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int]):
         # Attention wants single-token sequences first (sorted by context length, which lets it
         # group them with little padding); last_index maps back to the caller's order.

@@ -1,4 +1,4 @@
-"""`gdserve generate ...` and `gdserve bench throughput ...`."""
+"""`gdserve serve ...`, `gdserve generate ...` and `gdserve bench ...`."""
 import argparse
 import sys
 
@@ -41,9 +41,21 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(out.outputs[0].text)
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    from gdserve.entrypoints.openai.server import run_server
+    run_server(args, engine_kwargs(args))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="gdserve")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    from gdserve.entrypoints.openai.server import add_serve_args
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API over HTTP")
+    serve.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    add_serve_args(serve)
+    add_engine_args(serve)
+    serve.set_defaults(func=cmd_serve)
 
     gen = sub.add_parser("generate", help="generate offline from a prompt or a chat message")
     gen.add_argument("model", nargs="?", default=DEFAULT_MODEL)

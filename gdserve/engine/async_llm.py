@@ -1,0 +1,239 @@
+"""AsyncLLM: one LLMEngine stepped by a background thread, driven from asyncio.
+
+The engine is owned by its loop thread: every call into it (add, abort, embed) goes through a
+thread-safe inbox of closures that the thread drains between steps. Outputs travel back to each
+request's asyncio.Queue through `loop.call_soon_threadsafe`. torch releases the GIL inside its
+ops, so the event loop keeps serving HTTP while a step runs.
+"""
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from concurrent.futures import Future
+
+from gdserve.config import EngineConfig
+from gdserve.engine.llm_engine import EngineStats, LLMEngine
+from gdserve.grammar import Grammar
+from gdserve.outputs import RequestOutput
+from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+class AsyncLLM:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._compile_lock = threading.Lock()
+        self._stopped = False
+        self._num_active = 0  # generate() calls in flight, counted on the asyncio side
+        self.stats: EngineStats = engine.stats()
+        self._thread = threading.Thread(target=self._loop, name="gdserve-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "AsyncLLM":
+        return cls(LLMEngine(config))
+
+    @property
+    def num_active_requests(self) -> int:
+        return self._num_active
+
+    # ---- the asyncio side ------------------------------------------------------------------
+    async def compile(self, guided: GuidedDecodingParams) -> tuple[Grammar, bool]:
+        """Compile off the event loop (cached in the engine's compile service); raises
+        GrammarError. Returns (grammar, whether it was a cache hit)."""
+        future = await asyncio.to_thread(self._submit_compile, guided)
+        hit = future.done()
+        return await asyncio.wrap_future(future), hit
+
+    def _submit_compile(self, guided: GuidedDecodingParams) -> Future:
+        with self._compile_lock:  # the engine starts its compile service lazily
+            return self.engine.guided.submit(guided)
+
+    async def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                          prompt: str | None = None, grammar: Grammar | None = None,
+                          on_output: Callable[[RequestOutput], None] | None = None) -> "RequestStream":
+        """Queue a request; a bad one raises ValueError. Iterate the returned stream for its
+        outputs; closing it (or dropping it) before the end aborts the request."""
+        outputs: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def add() -> None:
+            self.engine.add_request(prompt_token_ids, params, request_id, prompt, grammar)
+            self._streams[request_id] = (loop, outputs)
+
+        self._num_active += 1
+        stream = RequestStream(self, request_id, outputs, on_output)
+        try:
+            await self._call(add)
+        except BaseException:
+            stream.close()  # a cancelled add may have run already: abort it too
+            raise
+        return stream
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                       prompt: str | None = None,
+                       grammar: Grammar | None = None) -> AsyncIterator[RequestOutput]:
+        """add_request, then its outputs; leaving the loop early aborts the request."""
+        stream = await self.add_request(request_id, prompt_token_ids, params, prompt, grammar)
+        async with aclosing(stream):
+            async for out in stream:
+                yield out
+
+    async def embed(self, prompt_token_ids: list[int]) -> list[float]:
+        return await self._call(lambda: self.engine.embed(prompt_token_ids))
+
+    async def _call(self, fn: Callable):
+        """Run fn on the engine thread; return its result or raise its exception."""
+        loop = asyncio.get_running_loop()
+        result = loop.create_future()
+
+        def run() -> None:
+            try:
+                value = fn()
+            except BaseException as e:
+                loop.call_soon_threadsafe(_settle, result, None, e)
+            else:
+                loop.call_soon_threadsafe(_settle, result, value, None)
+
+        self._submit(run)
+        return await result
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        if self._stopped:
+            raise EngineDeadError("the engine has shut down")
+        self._inbox.put(fn)
+        self._wake.set()
+
+    def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+        self.engine.close()
+
+    # ---- the engine thread -----------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopped:
+            self._drain_inbox()
+            if not self.engine.has_unfinished_requests():
+                self.stats = self.engine.stats()
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as e:
+                logger.exception("engine step failed; failing the requests in flight")
+                self._fail_all(e)
+                continue
+            self.stats = self.engine.stats()
+            for out in outputs:
+                self._deliver(out)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                fn = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fn()
+            except Exception:
+                logger.exception("engine inbox call failed")
+
+    def _deliver(self, out: RequestOutput) -> None:
+        stream = self._streams.get(out.request_id)
+        if stream is None:
+            return
+        if out.finished:
+            del self._streams[out.request_id]
+        for completion in out.outputs:  # the engine keeps appending to these lists
+            if completion.logprobs is not None:
+                completion.logprobs = list(completion.logprobs)
+        loop, outputs = stream
+        loop.call_soon_threadsafe(outputs.put_nowait, out)
+
+    def _abort(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+        self.engine.abort_request(request_id)
+
+    def _fail_all(self, error: Exception) -> None:
+        """After a failed step the batch's state is unknown: abort every request with an error."""
+        for request_id, (loop, outputs) in list(self._streams.items()):
+            self._abort(request_id)
+            loop.call_soon_threadsafe(outputs.put_nowait, EngineDeadError(f"engine step failed: {error!r}"))
+        for request_id in list(self.engine.requests):
+            self.engine.abort_request(request_id)
+
+
+class RequestFailed(RuntimeError):
+    """The engine finished the request with an error (e.g. a failed step)."""
+
+
+class RequestStream:
+    """One request's cumulative outputs, newest first: outputs that piled up while the consumer
+    was busy are skipped, since each one contains the ones before it."""
+
+    def __init__(self, llm: AsyncLLM, request_id: str, outputs: asyncio.Queue,
+                 on_output: Callable[[RequestOutput], None] | None):
+        self.llm, self.request_id, self._outputs, self._on_output = llm, request_id, outputs, on_output
+        self.finished = False
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        out = await self._outputs.get()
+        while not self._outputs.empty():
+            out = self._outputs.get_nowait()
+        if isinstance(out, BaseException):
+            self.close()
+            raise out
+        if out.finished:
+            self._release()
+        if out.error is not None:
+            raise RequestFailed(out.error)
+        if self._on_output is not None:
+            self._on_output(out)
+        return out
+
+    def close(self) -> None:
+        """Abort the request unless it has finished; idempotent."""
+        if not self.finished:
+            self._release()
+            if not self.llm._stopped:
+                self.llm._submit(lambda: self.llm._abort(self.request_id))
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def _release(self) -> None:
+        self.finished = True
+        self.llm._num_active -= 1
+
+    def __del__(self) -> None:  # a stream dropped unread (e.g. a response cancelled before it began)
+        if not self.finished:
+            self.close()
+
+
+def _settle(future: asyncio.Future, value, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server: `build_app(engine, served_model_name, ...)`."""

@@ -1,0 +1,45 @@
+"""POST /v1/embeddings: the mean-pooled, L2-normalized last hidden state of each input."""
+import base64
+
+import numpy as np
+
+from gdserve.entrypoints.openai.errors import APIError, bad_request
+from gdserve.entrypoints.openai.protocol import EmbeddingRequest
+from gdserve.entrypoints.openai.serving import ServingContext
+
+
+async def create_embedding(ctx: ServingContext, request: EmbeddingRequest) -> dict:
+    ctx.check_model(request.model)
+    inputs = _inputs(ctx, request.input)
+    hidden_size = ctx.engine.engine.model_config.hidden_size
+    if request.dimensions is not None and request.dimensions != hidden_size:
+        raise bad_request(f"dimensions must be {hidden_size} (this model's embedding size) or left out",
+                          "dimensions")
+    data = []
+    for i, token_ids in enumerate(inputs):
+        try:
+            vector = await ctx.engine.embed(token_ids)
+        except ValueError as e:
+            raise bad_request(f"input[{i}]: {e}", "input") from None
+        except RuntimeError as e:  # no free KV blocks right now
+            raise APIError(429, str(e), code="kv_cache_full") from None
+        data.append({"object": "embedding", "index": i, "embedding": _encode(vector, request.encoding_format)})
+    num_tokens = sum(map(len, inputs))
+    return {"object": "list", "data": data, "model": ctx.served_model_name,
+            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}}
+
+
+def _inputs(ctx: ServingContext, inp) -> list[list[int]]:
+    if isinstance(inp, str):
+        inp = [inp]
+    elif inp and isinstance(inp[0], int):
+        inp = [inp]
+    if not inp:
+        raise bad_request("input is empty", "input")
+    return [ctx.tokenizer.encode(x) if isinstance(x, str) else list(x) for x in inp]
+
+
+def _encode(vector: list[float], encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":  # what the openai SDK asks for by default
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+    return vector

@@ -1,0 +1,36 @@
+"""Server-sent events: `data: {json}` frames, an error frame on failure, `data: [DONE]` at the end."""
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi.responses import StreamingResponse
+
+from gdserve.engine.async_llm import EngineDeadError, RequestFailed
+from gdserve.entrypoints.openai.errors import APIError, error_body
+
+logger = logging.getLogger(__name__)
+
+
+def frame(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
+    try:
+        async for chunk in chunks:
+            yield frame(chunk)
+    except APIError as e:
+        yield frame(e.body())
+    except (RequestFailed, EngineDeadError) as e:
+        yield frame(error_body(500, f"the request failed in the engine: {e}"))
+    except Exception as e:  # headers are sent: report in-band rather than cut the stream
+        logger.exception("stream failed")
+        yield frame(error_body(500, f"internal error: {type(e).__name__}: {e}"))
+    finally:
+        await chunks.aclose()
+    yield "data: [DONE]\n\n"
+
+
+def sse_response(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    return StreamingResponse(_events(chunks), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -1,0 +1,71 @@
+"""A request's output constraint (guided_* fields, structured_outputs, response_format) as
+GuidedDecodingParams. More than one constraint is a 400; so is a constraint that fails to compile."""
+import json
+
+from gdserve.entrypoints.openai.errors import bad_request
+from gdserve.entrypoints.openai.protocol import SamplingRequest
+from gdserve.sampling_params import GuidedDecodingParams
+
+JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
+
+
+def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None, str | None]:
+    """(the constraint, the request field it came from) or (None, None)."""
+    found = _constraints(request)
+    if len(found) > 1:
+        raise bad_request(f"a request takes at most one output constraint; got {', '.join(found)}",
+                          param=next(iter(found)))
+    whitespace = request.guided_whitespace_pattern
+    if not found:
+        if whitespace is not None:
+            raise bad_request("guided_whitespace_pattern needs a JSON constraint (guided_json, "
+                              "structured_outputs.json or response_format)", "guided_whitespace_pattern")
+        return None, None
+    (param, (kind, spec)), = found.items()
+    if request.structured_outputs is not None and request.structured_outputs.whitespace_pattern:
+        whitespace = request.structured_outputs.whitespace_pattern
+    if kind == "json" and isinstance(spec, str):
+        spec = _parse_schema(spec, param)
+    try:
+        return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace), param
+    except ValueError as e:
+        raise bad_request(str(e), param) from None
+
+
+def constraint_fields(request: SamplingRequest) -> list[str]:
+    """The request fields that constrain the output (response_format text is none)."""
+    return list(_constraints(request))
+
+
+def _constraints(request: SamplingRequest) -> dict[str, tuple[str, object]]:
+    found = {}
+    for kind in ("json", "regex", "choice", "grammar"):
+        value = getattr(request, f"guided_{kind}")
+        if value is not None:
+            found[f"guided_{kind}"] = (kind, value)
+    so = request.structured_outputs
+    if so is not None:
+        kinds = [(k, v) for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice),
+                                     ("grammar", so.grammar)) if v is not None]
+        if len(kinds) != 1:
+            raise bad_request("structured_outputs takes exactly one of json, regex, choice, grammar; "
+                              f"got {', '.join(k for k, _ in kinds) or 'none'}", "structured_outputs")
+        found["structured_outputs"] = kinds[0]
+    rf = request.response_format
+    if rf is not None and rf.type == "json_object":
+        found["response_format"] = ("json", JSON_OBJECT_SCHEMA)
+    elif rf is not None and rf.type == "json_schema":
+        if rf.json_schema is None or rf.json_schema.schema_ is None:
+            raise bad_request("response_format json_schema needs json_schema.schema", "response_format")
+        found["response_format"] = ("json", rf.json_schema.schema_)
+    return found
+
+
+def _parse_schema(text: str, param: str) -> dict:
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad_request(f"{param} is not valid JSON: {e}", param) from None
+    if not isinstance(schema, (dict, bool)):
+        raise bad_request(f"{param} must be a JSON Schema object", param)
+    return schema
