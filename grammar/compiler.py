@@ -1,25 +1,29 @@
 r"""compile_grammar: a constraint spec of one kind -> a Grammar over a tokenizer's vocabulary.
 
-regex, choice and json all become a regex, then an outlines-core Index over the tokens' raw bytes.
+regex, choice and json all become a regex, then a lazy token index over the tokens' raw bytes
+(token_index: outlines-core's DFA of the regex, walked with the vocabulary's token trie when a
+state is first reached; the same tokens as an outlines-core Index over the vocabulary would allow).
 
 outlines-core builds its DFA with leftmost-first match semantics: once a higher-priority branch
 has matched, the DFA drops the lower ones, so `a|ab` would index only "a" and `a*|b` never "b".
 Ending the regex with `\z` keeps every thread alive until the end of input (a full match is
 only decided there), which gives the plain language. A regex that can match empty then puts `\z`
 at its start, where outlines-core refuses it ("anchored universal start state doesn't exist"), so
-the index also starts with a sentinel character read by a token of our own (START_TOKEN_ID, past
-every real id: never allowed, never accepted) and matchers begin after it.
+the index also starts with a sentinel character (START_TEXT, a noncharacter) and matchers begin
+after it.
+
+A compile also checks that some sequence of the vocabulary's tokens reaches an accepting state
+(as outlines-core's Index did), so a regex the tokenizer cannot spell fails here, not mid-sequence.
 """
 from typing import TYPE_CHECKING
-
-from outlines_core import Index
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import schema_to_regex
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
-from gdserve.grammar.vocabulary import (START_TEXT, START_TOKEN_ID, TokenVocabulary,
-                                        token_vocabulary)
+from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, start_state,
+                                         token_trie)
+from gdserve.grammar.vocabulary import START_TEXT, TokenVocabulary, token_vocabulary
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -53,7 +57,10 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     regex, relaxed = spec_to_regex(kind, spec, whitespace_pattern, lenient)
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     index = build_index(regex, vocab)
-    initial_state = index.get_next_state(index.get_initial_state(), START_TOKEN_ID)
+    initial_state = start_state(index.dfa)
+    if not can_reach_final(index, initial_state):
+        raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
+                           "with it (no sequence of its tokens spells a text the regex matches)")
     return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed)
 
 
@@ -71,10 +78,15 @@ def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None,
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
-def build_index(regex: str, vocab: TokenVocabulary) -> Index:
-    """The index of START_TEXT + regex, matched in full (see the module docstring)."""
-    start = "\\x{%X}" % ord(START_TEXT)
+def indexed_pattern(regex: str) -> str:
+    """START_TEXT + regex, matched in full (see the module docstring)."""
+    return "\\x{%X}(?:%s)\\z" % (ord(START_TEXT), regex)
+
+
+def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:
+    """The lazy token index of indexed_pattern(regex) over the vocabulary."""
     try:
-        return Index(f"{start}(?:{regex})\\z", vocab.outlines_vocabulary())
+        dfa = build_byte_dfa(indexed_pattern(regex))
     except ValueError as e:
         raise explain_index_error(regex, e) from None
+    return TokenIndex(dfa, token_trie(vocab.token_bytes, vocab.fingerprint))

@@ -1,20 +1,21 @@
-"""A compiled Grammar (an outlines-core token index plus its packed bitmask row per state) and the
-Matcher that walks one sequence through it.
+"""A compiled Grammar (a lazy TokenIndex plus its packed bitmask row per state) and the Matcher
+that walks one sequence through it.
 
-Rows are built lazily, once per state, from `index.get_allowed_tokens(state)` and shared by every
-Matcher of the Grammar, so a fill is a row copy. The cache is not locked: the engine fills and
-accepts from one thread (concurrent fills can at worst build a row twice, never a wrong one).
+Rows are built lazily, once per state, by walking the token trie through the DFA (token_index),
+and shared by every Matcher of the Grammar, so a fill is a row copy once a state has been seen.
+The caches are not locked: the engine fills and accepts from one thread (concurrent fills can at
+worst build a row twice, never a wrong one).
 """
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import torch
-from outlines_core import Index
 
+from gdserve.grammar.token_index import TokenIndex
 from gdserve.kernels.bitmask import bitmask_width
 
-TERMINATED = -1  # the state after EOS; outlines-core states are unsigned
+TERMINATED = -1  # the state after EOS
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,50 @@ class StateMask:
 
 @dataclass
 class Grammar:
-    """A compiled constraint; `matcher()` starts a sequence on it. Pickles (the Index through its
-    binary form), which is how compile workers return it; the row cache stays per process."""
+    """A compiled constraint; `matcher()` starts a sequence on it. Pickles without its caches
+    (compile workers return it that way); the token trie is shared per tokenizer."""
     kind: str
-    index: Index = field(repr=False)
-    initial_state: int              # where a matcher starts (after the index's start token)
+    index: TokenIndex = field(repr=False)
+    initial_state: int              # where a matcher starts (after the index's start sentinel)
     vocab_size: int                 # bitmask width in tokens (the model's logits width)
     eos_token_ids: frozenset[int]
     regex: str | None = None        # what the index was built from (regex, choice, json)
     relaxed: list[str] = field(default_factory=list)  # schema keywords relaxed (json, lenient)
     _masks: dict[int, StateMask] = field(default_factory=dict, init=False, repr=False,
                                          compare=False)
+    _steps: dict[tuple[int, int], int] = field(default_factory=dict, init=False, repr=False,
+                                               compare=False)
+
+    def __getstate__(self) -> dict:
+        fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
+                  "relaxed")
+        return {name: self.__dict__[name] for name in fields}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _masks={}, _steps={})
 
     def matcher(self) -> "Matcher":
         return Matcher(self)
+
+    def is_final(self, state: int) -> bool:
+        return bool(self.index.dfa.final[state])
+
+    def next_state(self, state: int, token_id: int) -> int | None:
+        """The state after a real token (not EOS) from `state`; None if not allowed."""
+        key = (state, token_id)
+        nxt = self._steps.get(key)
+        if nxt is None:
+            trie = self.index.trie
+            if not 0 <= token_id < min(self.vocab_size, trie.size) or trie.token_node[token_id] < 0:
+                return None
+            nxt = self._steps[key] = self.index.dfa.walk(state, trie.token_bytes(token_id))
+        return None if nxt == self.index.dfa.dead else nxt
+
+    def transitions(self, state: int) -> dict[int, int]:
+        """{token id: next state} for the real tokens allowed in `state` (tests, tools)."""
+        nxt = self.index.next_states(state)[:self.vocab_size]
+        allowed = np.flatnonzero(nxt != self.index.dfa.dead)
+        return dict(zip(allowed.tolist(), nxt[allowed].tolist()))
 
     def state_mask(self, state: int) -> StateMask:
         mask = self._masks.get(state)
@@ -50,27 +81,26 @@ class Grammar:
     @cached_property
     def eos_row(self) -> torch.Tensor:
         """Only EOS allowed: what a terminated matcher fills (the row is never all-disallowed)."""
-        return self._pack([], eos=True)
+        return self._with_eos(np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32), True)
 
     def _build_mask(self, state: int) -> StateMask:
-        accepting = self.index.is_final_state(state)
-        allowed = np.fromiter(self.index.get_allowed_tokens(state), dtype=np.int64)
-        # outlines-core lists its one EOS id in accepting states; _pack sets all of ours instead.
-        allowed = allowed[(allowed < self.vocab_size) & ~np.isin(allowed, self._eos_array)]
-        return StateMask(self._pack(allowed, eos=accepting), accepting,
-                         only_eos=accepting and allowed.size == 0)
+        accepting = self.is_final(state)
+        words, count = self.index.allowed_words(state, self.vocab_size)
+        return StateMask(self._with_eos(words, accepting), accepting,
+                         only_eos=accepting and count == 0)
 
     @cached_property
     def _eos_array(self) -> np.ndarray:
-        return np.array(sorted(self.eos_token_ids), dtype=np.int64)
+        return np.array(sorted(i for i in self.eos_token_ids if i < self.vocab_size),
+                        dtype=np.int64)
 
-    def _pack(self, token_ids, eos: bool) -> torch.Tensor:
-        bits = np.zeros(bitmask_width(self.vocab_size) * 32, dtype=bool)
-        bits[np.asarray(token_ids, dtype=np.int64)] = True
-        bits[self._eos_array] = eos
-        # Little bit order in bytes, little-endian words: token i is bit i % 32 of word i // 32.
-        words = np.packbits(bits, bitorder="little").view("<i4").astype(np.int32)
-        return torch.from_numpy(words)
+    def _with_eos(self, words: np.ndarray, eos: bool) -> torch.Tensor:
+        # Token i is bit i % 32 of word i // 32 (little-endian words, as xgrammar's layout).
+        # EOS ids hold no bytes in the trie, so their bits are still clear here.
+        if eos and len(self._eos_array):
+            ids = self._eos_array
+            np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return torch.from_numpy(words.view(np.int32))
 
 
 class Matcher:
@@ -87,11 +117,9 @@ class Matcher:
         if state == TERMINATED:
             return False
         if token_id in self.grammar.eos_token_ids:
-            next_state = TERMINATED if self.grammar.index.is_final_state(state) else None
-        elif 0 <= token_id < self.grammar.vocab_size:
-            next_state = self.grammar.index.get_next_state(state, token_id)
+            next_state = TERMINATED if self.grammar.is_final(state) else None
         else:
-            next_state = None
+            next_state = self.grammar.next_state(state, token_id)
         if next_state is None:
             return False
         self._states.append(next_state)

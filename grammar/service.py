@@ -2,14 +2,14 @@
 
 Each worker is a lane: its own single-process ProcessPoolExecutor (`spawn` context, so a main
 script needs the `if __name__ == "__main__":` guard). A lane's first task hands the worker the
-tokenizer's TokenVocabulary, once, and builds the outlines-core Vocabulary there. (Not through the
+tokenizer's TokenVocabulary, once, and builds its token trie there. (Not through the
 pool initializer: initargs are written to the new process while it imports, blocking the caller
 for a second or more, and lanes restart from threads that must not stall.)
 
 A job runs only on an idle, started lane, so its clock measures the compile alone, and a lane
 that times out or dies takes exactly its one job down: on expiry the worker is killed (SIGKILL)
 and the lane restarted; a worker that dies on its own fails its job and restarts too. Grammars
-come back pickled (outlines-core's Index pickles through its binary form).
+come back pickled (the byte DFA's arrays; the token trie is interned per tokenizer on arrival).
 
 submit() never waits for a compile: it returns a Future, already completed on a cache hit.
 Compiled grammars, compile errors and timeouts are cached (two bounded LRUs); crashes are not.
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from gdserve.grammar.compiler import compile_with_vocabulary
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.matcher import Grammar
+from gdserve.grammar.token_index import token_trie
 from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _load_vocabulary(vocab: TokenVocabulary, memory_limit_mb: int | None) -> int
     global _worker_vocab
     _worker_vocab = vocab
     os.nice(10)
-    vocab.outlines_vocabulary()
+    token_trie(vocab.token_bytes, vocab.fingerprint)
     if memory_limit_mb is not None:
         mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         limit = mapped + memory_limit_mb * 2**20

@@ -12,7 +12,7 @@ from gdserve.sampling_params import SamplingParams
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama_dir):
-    llm = AsyncLLM.from_config(EngineConfig(model=str(tiny_llama_dir), kv_cache_memory=4_000_000))
+    llm = AsyncLLM.from_config(EngineConfig(model=str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000))
     yield llm
     llm.shutdown()
 

@@ -34,10 +34,16 @@ class Walker:
 
     @cached_property
     def transitions(self) -> dict[int, dict[int, int]]:
-        """state -> {token id: next state} for real tokens (EOS and the start token left out)."""
-        size, eos = self.grammar.vocab_size, self.grammar.eos_token_ids
-        return {s: {t: n for t, n in edges.items() if t < size and t not in eos}
-                for s, edges in self.grammar.index.get_transitions().items()}
+        """state -> {token id: next state} for real tokens (EOS left out), every state reachable
+        from the initial one."""
+        out: dict[int, dict[int, int]] = {}
+        todo = [self.grammar.initial_state]
+        while todo:
+            state = todo.pop()
+            if state not in out:
+                out[state] = self.grammar.transitions(state)
+                todo.extend(set(out[state].values()) - out.keys())
+        return out
 
     @cached_property
     def steps_to_accept(self) -> dict[int, int]:
@@ -46,7 +52,7 @@ class Walker:
         for state, edges in self.transitions.items():
             for next_state in edges.values():
                 parents.setdefault(next_state, set()).add(state)
-        dist = {s: 0 for s in self.grammar.index.get_final_states()}
+        dist = {s: 0 for s in self.transitions if self.grammar.is_final(s)}
         queue = deque(dist)
         while queue:
             state = queue.popleft()
@@ -61,7 +67,7 @@ class Walker:
             return
         allowed, eos = allowed_ids(matcher), self.grammar.eos_token_ids
         assert allowed - eos == set(self.transitions.get(state, {}))
-        assert allowed & eos == (eos if self.grammar.index.is_final_state(state) else set())
+        assert allowed & eos == (eos if self.grammar.is_final(state) else set())
         self._checked.add(state)
 
     def walk(self, rng: random.Random, random_steps: int) -> list[int]:
@@ -73,7 +79,7 @@ class Walker:
         while True:
             self.check_row(matcher, state)
             edges = self.transitions.get(state, {})
-            accepting = self.grammar.index.is_final_state(state)
+            accepting = self.grammar.is_final(state)
             if len(out) < random_steps:
                 token = rng.choice(sorted(edges) + [eos] * accepting)
             elif accepting:

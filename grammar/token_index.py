@@ -1,0 +1,282 @@
+"""A lazy token index: the regex's byte-level DFA plus the vocabulary's token trie; the tokens a
+state allows are found on demand by walking the trie through the DFA (see TokenIndex).
+
+outlines-core's `Index(regex, vocabulary)` walks the whole vocabulary from every DFA state at
+compile time (~0.3-0.5 ms a state with a 49k vocabulary, thousands of states for a JSON schema).
+Here the same DFA comes from an outlines-core Index over a vocabulary of the 256 single bytes
+(microseconds a state), and a token is allowed in a state exactly when outlines-core would allow
+it: its bytes, read one by one from that state, never reach the dead state. A state's mask is then
+one depth-first walk of the token trie that skips a subtree at its first dead byte (C, in
+kernels/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
+matcher first reaches the state.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+
+import numpy as np
+from outlines_core import Index, Vocabulary
+
+from gdserve.grammar.vocabulary import START_TEXT
+from gdserve.kernels import native
+
+BYTE_EOS = 256
+BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
+
+
+@cache
+def mask_library() -> ctypes.CDLL | None:
+    """The native kernels' library with walk_token_trie bound, or None for the numpy walk."""
+    lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
+    if lib is not None:
+        p, i32 = ctypes.c_void_p, ctypes.c_int32
+        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p]
+        lib.walk_token_trie.restype = ctypes.c_int64
+    return lib
+
+
+@dataclass(frozen=True, eq=False)
+class ByteDFA:
+    """A DFA over bytes with states 0..dead; `dead` (the last) is absorbing and never accepts."""
+    classes: np.ndarray   # uint8 [256]: byte -> byte class (bytes no state tells apart share one)
+    trans: np.ndarray     # int32 [dead + 1, C]: next state by (state, class)
+    final: np.ndarray     # bool [dead + 1]: accepting (EOS allowed)
+    start: int            # the state after outlines-core's start, before the START_TEXT sentinel
+
+    @property
+    def dead(self) -> int:
+        return len(self.final) - 1
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after reading `data` from `state` (dead if it dies on the way)."""
+        trans, classes = self.trans, self.classes
+        for b in data:
+            state = trans.item(state, classes.item(b))
+        return state
+
+
+def build_byte_dfa(pattern: str) -> ByteDFA:
+    """The DFA outlines-core builds for `pattern` (raises its ValueError), as a dense table."""
+    index = Index(pattern, BYTE_VOCABULARY)
+    edges = index.get_transitions()
+    start = index.get_initial_state()
+    states = sorted({start, *edges, *(n for e in edges.values() for n in e.values())})
+    number = {s: i for i, s in enumerate(states)}
+    dead = len(states)
+    src, byte, dst = [], [], []
+    for s, e in edges.items():
+        for b, n in e.items():
+            if b != BYTE_EOS:
+                src.append(number[s]), byte.append(b), dst.append(number[n])
+    table = np.full((dead + 1, 256), dead, dtype=np.int32)
+    table[src, byte] = dst
+    trans, classes = np.unique(table, axis=1, return_inverse=True)
+    final = np.zeros(dead + 1, dtype=bool)
+    final[[number[s] for s in index.get_final_states()]] = True
+    return ByteDFA(classes.reshape(256).astype(np.uint8), np.ascontiguousarray(trans, np.int32),
+                   final, number[start])
+
+
+@dataclass(eq=False)
+class TokenTrie:
+    """Every token's bytes in one trie, nodes in depth-first preorder (a node's subtree is the
+    nodes up to skip[node]); per tokenizer, shared by its grammars (interned by fingerprint when
+    unpickled)."""
+    fingerprint: str
+    byte: np.ndarray        # uint8 [N]: the byte on the edge into each node
+    depth: np.ndarray       # int32 [N]: 1 for the root's children
+    skip: np.ndarray        # int32 [N]: the first node after each node's subtree
+    parent: np.ndarray      # int32 [N]: -1 for depth 1
+    tok_ptr: np.ndarray     # int32 [N + 1]: tok_ids[tok_ptr[i]:tok_ptr[i + 1]] end at node i
+    tok_ids: np.ndarray     # int32 [T]
+    token_node: np.ndarray  # int32 [V]: where each token id ends; -1 for none (special, EOS)
+    token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
+    offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
+
+    def __reduce__(self):
+        return _intern_trie, tuple(getattr(self, name) for name in _TRIE_FIELDS)
+
+    @property
+    def size(self) -> int:
+        return len(self.token_node)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.token_data[self.offsets[token_id]:self.offsets[token_id + 1]]
+
+    @cached_property
+    def levels(self) -> list[np.ndarray]:
+        """The nodes at each depth (level-order, for the numpy walk)."""
+        order = np.argsort(self.depth, kind="stable")
+        bounds = np.searchsorted(self.depth[order], np.arange(1, int(self.depth.max()) + 2))
+        return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+_TRIE_FIELDS = ("fingerprint", "byte", "depth", "skip", "parent", "tok_ptr", "tok_ids",
+                "token_node", "token_data", "offsets")
+_TRIES: dict[str, TokenTrie] = {}  # by vocabulary fingerprint, one per tokenizer in a process
+
+
+def _intern_trie(fingerprint: str, *arrays) -> TokenTrie:
+    if fingerprint not in _TRIES:
+        _TRIES[fingerprint] = TokenTrie(fingerprint, *arrays)
+    return _TRIES[fingerprint]
+
+
+def token_trie(token_bytes: tuple[bytes | None, ...], fingerprint: str) -> TokenTrie:
+    """The trie of a vocabulary's token bytes (None: no bytes, never allowed); cached."""
+    if fingerprint not in _TRIES:
+        _TRIES[fingerprint] = _build_trie(token_bytes, fingerprint)
+    return _TRIES[fingerprint]
+
+
+def _build_trie(token_bytes: tuple[bytes | None, ...], fingerprint: str) -> TokenTrie:
+    ids_by_bytes: dict[bytes, list[int]] = {}
+    for token_id, b in enumerate(token_bytes):
+        if b:
+            ids_by_bytes.setdefault(b, []).append(token_id)
+    byte, depth, tok_ptr, tok_ids = [], [], [0], []
+    token_node = np.full(len(token_bytes), -1, dtype=np.int32)
+    prev = b""
+    # In sorted order, the prefixes a token shares with earlier ones are those it shares with the
+    # one just before it, so its new nodes are the rest (at least its last byte: no key is a
+    # prefix of an earlier one): appended in order, that is preorder. tok_ptr[i + 1] ends node i.
+    for data in sorted(ids_by_bytes):
+        shared = len(os.path.commonprefix([prev, data]))
+        for k in range(shared, len(data)):
+            byte.append(data[k])
+            depth.append(k + 1)
+            tok_ptr.append(len(tok_ids))
+        tok_ids.extend(ids_by_bytes[data])
+        tok_ptr[-1] = len(tok_ids)
+        token_node[ids_by_bytes[data]] = len(byte) - 1
+        prev = data
+    depth_arr = np.array(depth, dtype=np.int32)
+    skip, parent = _skip_and_parent(depth_arr)
+    offsets = np.zeros(len(token_bytes) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b or b"") for b in token_bytes])
+    return TokenTrie(fingerprint, np.array(byte, dtype=np.uint8), depth_arr, skip, parent,
+                     np.array(tok_ptr, dtype=np.int32), np.array(tok_ids, dtype=np.int32), token_node,
+                     b"".join(b or b"" for b in token_bytes), offsets)
+
+
+def _skip_and_parent(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(depth)
+    skip = np.full(n, n, dtype=np.int32)
+    parent = np.full(n, -1, dtype=np.int32)
+    stack: list[int] = []
+    for i, d in enumerate(depth.tolist()):
+        while stack and depth[stack[-1]] >= d:
+            skip[stack.pop()] = i
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return skip, parent
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+@dataclass(eq=False)
+class TokenIndex:
+    """A ByteDFA over a TokenTrie: the allowed tokens of a state, on demand."""
+    dfa: ByteDFA
+    trie: TokenTrie
+
+    @cached_property
+    def node_class(self) -> np.ndarray:
+        """uint8 [N]: each trie node's byte class in this DFA."""
+        return np.ascontiguousarray(self.dfa.classes[self.trie.byte])
+
+    def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
+        """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
+        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        lib = mask_library()
+        if lib is None:
+            allowed = self.allowed_tokens(state)
+            allowed = allowed[allowed < vocab_size]
+            np.bitwise_or.at(words, allowed >> 5, np.uint32(1) << (allowed & 31).astype(np.uint32))
+            return words, len(allowed)
+        count = self._walk_native(lib, state, vocab_size, words, None)
+        return words, count
+
+    def next_states(self, state: int) -> np.ndarray:
+        """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes
+        are dead)."""
+        node_state = self._node_states(state)
+        out = np.full(self.trie.size, self.dfa.dead, dtype=np.int32)
+        has = self.trie.token_node >= 0
+        out[has] = node_state[self.trie.token_node[has]]
+        return out
+
+    def allowed_tokens(self, state: int) -> np.ndarray:
+        """int64 ids of the allowed tokens (any id the trie holds), ascending."""
+        return np.flatnonzero(self.next_states(state) != self.dfa.dead)
+
+    def _node_states(self, state: int) -> np.ndarray:
+        node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
+        lib = mask_library()
+        if lib is not None:
+            words = np.zeros((self.trie.size + 31) // 32, dtype=np.uint32)
+            self._walk_native(lib, state, self.trie.size, words, node_state)
+            return node_state
+        trans, node_class = self.dfa.trans, self.node_class
+        for d, nodes in enumerate(self.trie.levels):
+            parents = state if d == 0 else node_state[self.trie.parent[nodes]]
+            node_state[nodes] = trans[parents, node_class[nodes]]
+            if d and not (node_state[nodes] != self.dfa.dead).any():
+                break  # dead is absorbing: every deeper node is dead too
+        return node_state
+
+    def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
+                     node_state: np.ndarray | None) -> int:
+        t, trans = self.trie, self.dfa.trans
+        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        return lib.walk_token_trie(
+            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
+            _ptr(t.skip), len(t.byte), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
+            _ptr(words), None if node_state is None else _ptr(node_state), _ptr(stack))
+
+
+def start_state(dfa: ByteDFA) -> int:
+    """Where matchers begin: after the START_TEXT sentinel (see compiler.build_index)."""
+    return dfa.walk(dfa.start, START_TEXT.encode())
+
+
+def can_reach_final(index: TokenIndex, state: int) -> bool:
+    """Whether some sequence of tokens leads from `state` to an accepting state. First over the
+    bytes that are tokens by themselves (cheap, and enough for byte-level vocabularies), then,
+    if that finds none, over whole tokens."""
+    return _reaches_by_single_bytes(index, state) or _reaches_by_tokens(index, state)
+
+
+def _reaches_by_single_bytes(index: TokenIndex, state: int) -> bool:
+    dfa, trie = index.dfa, index.trie
+    single = trie.byte[(trie.depth == 1) & (trie.tok_ptr[1:] > trie.tok_ptr[:-1])]
+    classes = np.unique(dfa.classes[single])
+    seen = np.zeros(len(dfa.final), dtype=bool)
+    seen[[state, dfa.dead]] = True
+    frontier = np.array([state])
+    while frontier.size:
+        if dfa.final[frontier].any():
+            return True
+        nxt = np.unique(dfa.trans[np.ix_(frontier, classes)])
+        frontier = nxt[~seen[nxt]]
+        seen[frontier] = True
+    return False
+
+
+def _reaches_by_tokens(index: TokenIndex, state: int) -> bool:
+    dead, seen, todo = index.dfa.dead, {state}, [state]
+    while todo:
+        current = todo.pop()
+        if index.dfa.final[current]:
+            return True
+        for nxt in np.unique(index.next_states(current)).tolist():
+            if nxt != dead and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False

@@ -1,0 +1,103 @@
+"""The lazy token index allows exactly what an outlines-core Index over the whole vocabulary
+allows (the path it replaced), state by state, with the C walk and with the numpy one."""
+import pickle
+
+import numpy as np
+import pytest
+from outlines_core import Index
+
+from gdserve.grammar import compile_grammar
+from gdserve.grammar.compiler import indexed_pattern
+from gdserve.grammar.token_index import TokenIndex, mask_library
+from gdserve.grammar.vocabulary import START_TOKEN_ID, token_vocabulary
+
+REGEXES = [r"[0-9]{3}-[a-z]+", r"(a|ab)*c?", r"(yes|no|maybe)", r"-?(0|[1-9][0-9]*)(\.[0-9]+)?",
+           r"\"([^\"\\\x00-\x1f]|\\[\"\\/bfnrt])*\"", r"[ \t]?|\n[ \t]{0,8}", r"é[^a]{2,5}x",
+           r"\{\n?[ ]{0,4}\"a\":[ ]?(true|false|null)\}", r"[\u4e00-\u9fff]+", r"(ab|cd){0,3}e*"]
+
+
+def pairs_agree(grammar, ref: Index, max_states: int = 40) -> int:
+    """Walk (our state, reference state) pairs from the start; returns how many were compared."""
+    start = ref.get_next_state(ref.get_initial_state(), START_TOKEN_ID)
+    todo, seen = [(grammar.initial_state, start)], set()
+    while todo and len(seen) < max_states:
+        ours, theirs = todo.pop(0)
+        if (ours, theirs) in seen:
+            continue
+        seen.add((ours, theirs))
+        mine = grammar.transitions(ours)
+        ref_edges = {t: n for t, n in (ref.get_transitions().get(theirs) or {}).items()
+                     if t < grammar.vocab_size and t not in grammar.eos_token_ids}
+        assert mine.keys() == ref_edges.keys(), grammar.regex
+        assert grammar.is_final(ours) == ref.is_final_state(theirs)
+        row = grammar.state_mask(ours).row.numpy().view(np.uint32)
+        bits = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little"))
+        eos = grammar.eos_token_ids if grammar.is_final(ours) else set()
+        assert set(bits.tolist()) == mine.keys() | eos
+        todo.extend((mine[t], ref_edges[t]) for t in sorted(mine)[::max(1, len(mine) // 50)])
+    return len(seen)
+
+
+@pytest.fixture(params=["native", "numpy"])
+def walk(request, monkeypatch):
+    if request.param == "native":
+        if mask_library() is None:
+            pytest.skip("no C compiler: the numpy walk only")
+    else:
+        monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
+    return request.param
+
+
+@pytest.mark.parametrize("regex", REGEXES)
+def test_masks_match_outlines_core_index(smollm2_tokenizer, walk, regex):
+    grammar = compile_grammar("regex", regex, smollm2_tokenizer)
+    vocab = token_vocabulary(smollm2_tokenizer)
+    ref = Index(indexed_pattern(grammar.regex), vocab.outlines_vocabulary())
+    assert pairs_agree(grammar, ref) > 1
+
+
+def test_json_schema_masks_match_outlines_core_index(smollm2_tokenizer, sp_tokenizer, walk):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+                                               "n": {"type": "integer", "minimum": 3}},
+              "required": ["n"]}
+    for tokenizer in (smollm2_tokenizer, sp_tokenizer):
+        grammar = compile_grammar("json", schema, tokenizer)
+        ref = Index(indexed_pattern(grammar.regex),
+                    token_vocabulary(tokenizer).outlines_vocabulary())
+        assert pairs_agree(grammar, ref, max_states=60) > 10
+
+
+def test_native_and_numpy_walks_agree(smollm2_tokenizer, monkeypatch):
+    if mask_library() is None:
+        pytest.skip("no C compiler")
+    grammar = compile_grammar("json", {"type": "array", "items": {"type": "string"}},
+                              smollm2_tokenizer)
+    index: TokenIndex = grammar.index
+    states = range(index.dfa.dead + 1)
+    native = [index.allowed_words(s, grammar.vocab_size) for s in states]
+    nexts = [index.next_states(s) for s in states]
+    monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
+    for s, (words, count) in zip(states, native):
+        fallback, fallback_count = index.allowed_words(s, grammar.vocab_size)
+        assert count == fallback_count and np.array_equal(words, fallback)
+        assert np.array_equal(nexts[s], index.next_states(s))
+
+
+def test_vocab_size_narrower_and_wider(smollm2_tokenizer):
+    narrow = compile_grammar("regex", "[a-z]+", smollm2_tokenizer, vocab_size=1000)
+    assert max(narrow.transitions(narrow.initial_state)) < 1000
+    assert not narrow.matcher().accept_token(smollm2_tokenizer.convert_tokens_to_ids("hello"))
+    wide = compile_grammar("regex", "[a-z]+", smollm2_tokenizer, vocab_size=49280)
+    assert not wide.matcher().accept_token(49200)
+    assert wide.state_mask(wide.initial_state).row.shape == (49280 // 32,)
+
+
+def test_pickle_round_trip_shares_the_trie(smollm2_tokenizer):
+    grammar = compile_grammar("regex", "[0-9]+x", smollm2_tokenizer)
+    grammar.state_mask(grammar.initial_state)
+    copy = pickle.loads(pickle.dumps(grammar))
+    assert copy.index.trie is grammar.index.trie and not copy._masks
+    m = copy.matcher()
+    for token in smollm2_tokenizer.encode("123x", add_special_tokens=False):
+        assert m.accept_token(token)
+    assert m.accept_token(2) and m.is_terminated()
