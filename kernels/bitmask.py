@@ -5,6 +5,8 @@ i // 32, little-endian within the word, so token 32k + 31 is the sign bit. A set
 """
 import torch
 
+from gdserve.kernels.triton import use_triton
+
 
 def bitmask_width(vocab_size: int) -> int:
     return (vocab_size + 31) // 32
@@ -37,6 +39,11 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor,
     num_rows = logits.shape[0] if indices is None else indices.shape[0]
     if bitmask.shape[0] < num_rows:
         raise ValueError(f"bitmask has {bitmask.shape[0]} rows for {num_rows} logits rows")
+    if use_triton(logits) and logits.stride(1) == 1:
+        from gdserve.kernels.triton.bitmask import apply_token_bitmask_triton
+        bitmask = bitmask.to(logits.device, non_blocking=True).contiguous()
+        indices = None if indices is None else indices.to(logits.device, non_blocking=True)
+        return apply_token_bitmask_triton(logits, bitmask, indices)
     disallowed = ~unpack_bitmask(bitmask[:num_rows].to(logits.device), logits.shape[1])
     if indices is None:
         logits.masked_fill_(disallowed, float("-inf"))

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from gdserve.kernels import native
+from gdserve.kernels.triton import use_triton
 
 _DECODE_GROUP = 16
 
@@ -88,13 +89,45 @@ def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     return out
 
 
+def _triton_ok(query: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    head_dim = query.shape[-1]
+    return use_triton(query) and head_dim >= 16 and head_dim & (head_dim - 1) == 0 and \
+        k_cache.dtype == query.dtype and k_cache.stride(3) == 1
+
+
+def paged_attention_triton(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor, query_lens: list[int],
+                           seq_lens: list[int], num_decodes: int, scale: float,
+                           query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
+    """paged_attention on CUDA: the split-K decode kernel, then one launch over the prefill chunks."""
+    from gdserve.kernels.triton.paged_attention import decode_attention_triton, prefill_attention_triton
+    out = torch.empty_like(query)
+    if num_decodes:
+        decode_attention_triton(query[:num_decodes], k_cache, v_cache, block_tables[:num_decodes],
+                                seq_lens_tensor[:num_decodes], max(seq_lens[:num_decodes]), scale,
+                                out=out[:num_decodes])
+    if num_decodes < len(query_lens):
+        if query_start_loc is None:
+            query_start_loc = torch.tensor([0, *query_lens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            query_start_loc = query_start_loc.to(query.device, non_blocking=True)
+        prefill_attention_triton(query, k_cache, v_cache, block_tables[num_decodes:],
+                                 seq_lens_tensor[num_decodes:], query_start_loc[num_decodes:],
+                                 max(query_lens[num_decodes:]), scale, out)
+    return out
+
+
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor, query_lens: list[int],
-                    seq_lens: list[int], num_decodes: int, scale: float) -> torch.Tensor:
+                    seq_lens: list[int], num_decodes: int, scale: float,
+                    query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
     """query: [T, H, D] flat; the first num_decodes sequences have exactly one query token.
     k_cache/v_cache: [num_blocks, block_size, KVH, D] (already holding the new tokens).
-    block_tables: [S, max_blocks] int32; seq_lens_tensor: [S] (seq_lens on the device).
+    block_tables: [S, max_blocks] int32; seq_lens_tensor: [S] (seq_lens on the device);
+    query_start_loc: [S + 1] int32 on the device, the cumulative query_lens (CUDA; built if None).
     Returns [T, H, D]."""
+    if _triton_ok(query, k_cache):
+        return paged_attention_triton(query, k_cache, v_cache, block_tables, seq_lens_tensor, query_lens,
+                                      seq_lens, num_decodes, scale, query_start_loc)
     out = torch.empty_like(query)
     if num_decodes:
         q, tables, lens = query[:num_decodes], block_tables[:num_decodes], seq_lens_tensor[:num_decodes]

@@ -1,3 +1,4 @@
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,7 @@ class AttentionMetadata:
     seq_lens: list[int]          # [S] context length after this step (computed + new)
     seq_lens_tensor: torch.Tensor  # [S] int32, the same on the device
     num_decodes: int             # the first num_decodes sequences have query_len == 1
+    query_start_loc: torch.Tensor | None = None  # [S + 1] int32: cumulative query_lens (for CUDA)
 
     @classmethod
     def build(cls, block_tables: list[list[int]], starts: list[int], query_lens: list[int],
@@ -31,9 +33,11 @@ class AttentionMetadata:
         padded = [t + [0] * (width - len(t)) for t in block_tables]
         seq_lens = [s + q for s, q in zip(starts, query_lens)]
         num_decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
+        query_start_loc = [0, *itertools.accumulate(query_lens)]
         meta = cls(slot_mapping=_to(slots, torch.int64, device), block_tables=_to(padded, torch.int32, device),
                    query_lens=list(query_lens), seq_lens=seq_lens,
-                   seq_lens_tensor=_to(seq_lens, torch.int32, device), num_decodes=num_decodes)
+                   seq_lens_tensor=_to(seq_lens, torch.int32, device), num_decodes=num_decodes,
+                   query_start_loc=_to(query_start_loc, torch.int32, device))
         return _to(positions, torch.int64, device), meta
 
 
@@ -57,5 +61,6 @@ class Attention(nn.Module):
         """q: [T, H, D], k/v: [T, KVH, D] -> [T, H * D]"""
         write_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         out = paged_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.seq_lens_tensor,
-                              meta.query_lens, meta.seq_lens, meta.num_decodes, self.scale)
+                              meta.query_lens, meta.seq_lens, meta.num_decodes, self.scale,
+                              meta.query_start_loc)
         return out.flatten(1)

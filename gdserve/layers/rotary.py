@@ -4,6 +4,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gdserve.kernels import apply_rotary  # noqa: F401  (re-exported: the model rotates through it)
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -34,13 +36,6 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None,
         return _llama3_inv_freq(inv_freq, scaling)
     raise ValueError(f"unsupported rope_scaling type {rope_type!r}; "
                      f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, D]; cos/sin from RotaryEmbedding. Neox style (HF rotate_half): the two
-    halves of the head dim form the complex pairs."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 class RotaryEmbedding(nn.Module):

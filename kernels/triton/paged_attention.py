@@ -1,0 +1,212 @@
+"""Paged attention for CUDA: split-K decode (+ a reduce over the splits) and causal prefill chunks.
+
+Both read K/V in place from caches laid out [num_blocks, block_size, KVH, D]: a tile of BLOCK_N
+tokens may span several cache blocks, so each token row finds its block through the block table.
+Softmax runs in base 2 with the scale folded into log2(e).
+"""
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _load_kv_tile(cache_ptr, table_row_ptr, tok, valid, kv_head, stride_b, stride_t, stride_h,
+                  PAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """[BLOCK_N, HEAD_DIM] K or V of the tokens `tok` of one sequence and KV head; 0 where invalid."""
+    page = tl.load(table_row_ptr + tok // PAGE, mask=valid, other=0).to(tl.int64)
+    row = page * stride_b + (tok % PAGE) * stride_t + kv_head * stride_h
+    d = tl.arange(0, HEAD_DIM)
+    return tl.load(cache_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+
+
+@triton.jit
+def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, out_ptr,
+                   part_out_ptr, part_lse_ptr, scale_log2, partition_size,
+                   stride_qs, stride_qh, stride_os, stride_oh, stride_tab,
+                   stride_cb, stride_ct, stride_ch, max_splits,
+                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr):
+    """One program: one sequence, one KV head with its GROUP query heads, one split of the context."""
+    seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    start = split * partition_size
+    if start < seq_len:
+        end = tl.minimum(start + partition_size, seq_len)
+        g = tl.arange(0, GROUP_PAD)
+        heads = kv_head * GROUP + g
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
+                    mask=g[:, None] < GROUP, other=0.0)
+        table_row = tables_ptr + seq.to(tl.int64) * stride_tab
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        l = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            tok = n0 + tl.arange(0, BLOCK_N)
+            valid = tok < end
+            k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                              PAGE, HEAD_DIM)
+            s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+            s = tl.where(valid[None, :], s, float("-inf"))          # [GROUP_PAD, BLOCK_N]
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                              PAGE, HEAD_DIM)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            l = l * alpha + tl.sum(p, 1)
+            m = m_new
+        out = acc / l[:, None]
+        if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
+            part = (seq * (GROUP * tl.num_programs(1)) + heads) * max_splits + split
+            tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=g[:, None] < GROUP)
+            tl.store(part_lse_ptr + part, m + tl.log2(l), mask=g < GROUP)
+        else:
+            tl.store(out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=g[:, None] < GROUP)
+
+
+@triton.jit
+def _reduce_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr, partition_size, max_splits,
+                   stride_os, stride_oh, HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """Combine a (sequence, head)'s splits, weighting each by its share of the softmax mass."""
+    seq, head = tl.program_id(0), tl.program_id(1)
+    num_splits = tl.cdiv(tl.load(seq_lens_ptr + seq), partition_size)  # later splits never ran
+    sp = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    base = (seq * tl.num_programs(1) + head) * max_splits
+    lse = tl.load(part_lse_ptr + base + sp, mask=sp < num_splits, other=float("-inf"))
+    w = tl.exp2(lse - tl.max(lse, 0))
+    w = w / tl.sum(w, 0)
+    part = tl.load(part_out_ptr + (base + sp)[:, None] * HEAD_DIM + d[None, :],
+                   mask=(sp < num_splits)[:, None], other=0.0)
+    out = tl.sum(part * w[:, None], 0)
+    tl.store(out_ptr + seq * stride_os + head * stride_oh + d, out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr,
+                    scale_log2, stride_qt, stride_qh, stride_ot, stride_oh, stride_tab,
+                    stride_cb, stride_ct, stride_ch,
+                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one chunk and one head. The chunk's rows are the last
+    query_len of seq_len positions, so row r sees keys 0 .. seq_len - query_len + r."""
+    chunk, tile, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_start = tl.load(query_start_ptr + chunk)
+    q_len = tl.load(query_start_ptr + chunk + 1) - q_start
+    m0 = tile * BLOCK_M
+    if m0 < q_len:
+        seq_len = tl.load(seq_lens_ptr + chunk)
+        context = seq_len - q_len
+        kv_head = head // GROUP
+        rows = m0 + tl.arange(0, BLOCK_M)
+        row_ok = rows < q_len
+        d = tl.arange(0, HEAD_DIM)
+        tokens = (q_start + rows).to(tl.int64)
+        q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + d[None, :],
+                    mask=row_ok[:, None], other=0.0)
+        table_row = tables_ptr + chunk.to(tl.int64) * stride_tab
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        end = tl.minimum(seq_len, context + m0 + BLOCK_M)  # the tile's last row sees no further
+        for n0 in range(0, end, BLOCK_N):  # tile 0 holds key 0, which every row sees: m is finite after it
+            tok = n0 + tl.arange(0, BLOCK_N)
+            valid = tok < end
+            k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                              PAGE, HEAD_DIM)
+            s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+            causal = tok[None, :] <= context + rows[:, None]
+            s = tl.where(causal & valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                              PAGE, HEAD_DIM)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            l = l * alpha + tl.sum(p, 1)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
+
+
+def _cache_strides(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int, int]:
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1
+    return k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
+
+
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def _partition_size(num_seqs: int, num_kv_heads: int, max_len: int, block_n: int, num_sms: int) -> int:
+    """Tokens per split: one split where the grid already fills the GPU, else enough splits to
+    give it about two programs per SM; a multiple of block_n."""
+    programs = num_seqs * num_kv_heads
+    splits = 1 if programs >= num_sms else min(triton.cdiv(2 * num_sms, programs), 64)
+    return triton.cdiv(triton.cdiv(max_len, splits), block_n) * block_n
+
+
+def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int,
+                            scale: float, out: torch.Tensor | None = None,
+                            partition_size: int | None = None, block_n: int = 64,
+                            num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+    """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
+    each context into pieces of that many tokens (None: chosen from the GPU's size)."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
+    out = torch.empty_like(q) if out is None else out
+    if num_seqs == 0:
+        return out
+    if partition_size is None:
+        partition_size = _partition_size(num_seqs, num_kv_heads, max_len, block_n, _num_sms(q.device))
+    splits = triton.cdiv(max_len, partition_size)
+    group = num_heads // num_kv_heads
+    part_out = part_lse = out  # unused without splits
+    if splits > 1:
+        part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=q.device)
+    _decode_kernel[(num_seqs, num_kv_heads, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse, scale * _LOG2E,
+        partition_size, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        *_cache_strides(k_cache, v_cache), splits,
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
+        BLOCK_N=block_n, SPLIT=splits > 1, DOT_PRECISION=_dot_precision(q.dtype),
+        num_warps=num_warps, num_stages=num_stages)
+    if splits > 1:
+        _reduce_kernel[(num_seqs, num_heads)](
+            part_out, part_lse, seq_lens, out, partition_size, splits, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(splits))
+    return out
+
+
+def prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                             query_start_loc: torch.Tensor, max_query_len: int, scale: float,
+                             out: torch.Tensor, block_m: int = 64, block_n: int = 64,
+                             num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+    """Chunk i's queries are q rows query_start_loc[i]:query_start_loc[i+1] (absolute rows of
+    q and out, [T, H, D]); block_tables / seq_lens: [C, ...] / [C] for the C chunks."""
+    num_chunks = seq_lens.shape[0]
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    group = num_heads // k_cache.shape[2]
+    if num_chunks == 0:
+        return out
+    grid = (num_chunks, triton.cdiv(max_query_len, block_m), num_heads)
+    _prefill_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale * _LOG2E,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        *_cache_strides(k_cache, v_cache),
+        GROUP=group, HEAD_DIM=head_dim, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_PRECISION=_dot_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
+    return out
