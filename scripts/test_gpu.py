@@ -214,22 +214,47 @@ def first_divergence_gap(hf, prompt: list[int], ours: list[int], theirs: list[in
     return j, float(logits[theirs[j]] - logits[ours[j]])
 
 
-def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, dtype: str = "bfloat16") -> dict:
+def hf_first_logprobs(hf, prompt: list[int]):
+    """HF's log-softmax over the vocabulary after the whole prompt (float32)."""
+    import torch
+    with torch.inference_mode():
+        return hf(torch.tensor([prompt], device=DEVICE)).logits[0, -1].float().log_softmax(-1)
+
+
+def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, dtype: str = "bfloat16",
+                 max_num_batched_tokens: int = 512) -> dict:
+    """Greedy tokens against HF on the same weights, and the first token's logprob (computed by
+    the prefill, chunked when max_num_batched_tokens is small) against HF's: the second is a
+    numeric check that near-ties in random-weight logits cannot blur."""
     import torch
     from transformers import AutoConfig
     from gdserve import LLM, SamplingParams
     with tempfile.TemporaryDirectory() as tmp:
         save_model_dir(Path(tmp), num_layers)
-        # A small token budget forces chunked prefill (chunks with context before them).
         llm = LLM(tmp, load_format="dummy", dtype=dtype, gpu_memory_utilization=0.5,
-                  max_num_batched_tokens=512)
+                  max_num_batched_tokens=max_num_batched_tokens)
         prompts = make_prompts()
         start = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                            SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True))
+                            SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True, logprobs=0))
         engine_s = time.perf_counter() - start
         hf = hf_model_from(llm.engine.model, AutoConfig.from_pretrained(tmp))
     ours = [o.outputs[0].token_ids for o in outs]
+    first_lp_err = []
+    for p, o in zip(prompts, outs):
+        token = o.outputs[0].token_ids[0]
+        entry = o.outputs[0].logprobs[0]
+        ours_lp = entry[token] if isinstance(entry, dict) else entry
+        ours_lp = getattr(ours_lp, "logprob", ours_lp)
+        first_lp_err.append(abs(float(ours_lp) - float(hf_first_logprobs(hf, p)[token])))
+    if dtype == "bfloat16":  # how far bf16 sits from float32 on these weights, ours and HF's
+        hf32 = hf_model_from(llm.engine.model, hf.config).float()
+        truth = [hf_first_logprobs(hf32, p) for p in prompts]
+        ours_vs_fp32 = [abs(float(getattr(o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]], "logprob",
+                                              o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]])) -
+                            float(t[o.outputs[0].token_ids[0]])) for o, t in zip(outs, truth)]
+        hf_vs_fp32 = [float((hf_first_logprobs(hf, p) - t).abs().max()) for p, t in zip(prompts, truth)]
+        del hf32
     theirs = [hf_greedy(hf, p, steps) for p in prompts]
     same = [a == b for a, b in zip(ours, theirs)]
     divergences = [dict(prompt=i, **dict(zip(("position", "hf_margin"), first_divergence_gap(hf, prompts[i], ours[i],
@@ -241,7 +266,12 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152, {dtype}, dummy weights",
+            "max_num_batched_tokens": max_num_batched_tokens,
             "prompts": len(prompts), "tokens_each": steps, "identical_fraction": identical,
+            "first_token_logprob_abs_err_max": max(first_lp_err),
+            "first_token_logprob_abs_err_mean": sum(first_lp_err) / len(first_lp_err),
+            **({"ours_bf16_vs_hf_fp32_first_logprob_err_max": max(ours_vs_fp32),
+                "hf_bf16_vs_hf_fp32_logprob_err_max": max(hf_vs_fp32)} if dtype == "bfloat16" else {}),
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
             "passed": identical >= 0.95 or near_ties}
 
@@ -260,6 +290,10 @@ def main() -> int:
     log("decode bench:", json.dumps(results["decode_bench"], indent=1))
     try:
         results["engine"] = engine_check()
+        results["engine_unchunked"] = engine_check(max_num_batched_tokens=8192)
+        results["engine_fp32"] = engine_check(dtype="float32")
+        for key in ("engine_unchunked", "engine_fp32"):
+            log(key, json.dumps(results[key], indent=1))
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel
         results["engine"] = {"passed": False, "error": f"{e!r}: put its wheel in build/gpu-wheels"}
     log("engine vs HF:", json.dumps(results["engine"], indent=1))

@@ -59,11 +59,15 @@ def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) 
 
 
 def run_hf(requests: list[dict], model_dir: Path, dtype: torch.dtype, device: torch.device,
-           batch_size: int) -> dict:
+           batch_size: int, dummy: bool = False) -> dict:
     """Static batching: each batch runs until its longest request is done; a request's useful
-    tokens are its own max_tokens."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    tokens are its own max_tokens. dummy: HF's own random init of the config's shapes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    if dummy:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=dtype).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     pad_id = 0
     useful = 0
     start = time.perf_counter()
@@ -114,7 +118,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     if not args.skip_hf:
         print(f"hf generate: static batches of {args.hf_batch_size} ...", file=sys.stderr, flush=True)
         result["hf"] = run_hf(requests, resolve_model(args.model), config.torch_dtype(),
-                              config.torch_device(), args.hf_batch_size)
+                              config.torch_device(), args.hf_batch_size, dummy=config.load_format == "dummy")
         _print("hf", result["hf"])
         result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]
         print(f"ratio engine / hf: {result['ratio']:.2f}x")

@@ -160,7 +160,7 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int,
                             scale: float, out: torch.Tensor | None = None,
                             partition_size: int | None = None, block_n: int = 64,
-                            num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+                            num_warps: int = 8, num_stages: int = 2) -> torch.Tensor:
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
     each context into pieces of that many tokens (None: chosen from the GPU's size)."""
     num_seqs, num_heads, head_dim = q.shape

@@ -18,7 +18,7 @@ def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0, scale:
 
 
 def bf16_tol() -> dict:
-    """For kernels that round as torch does: exact on CUDA. The interpreter casts float32 to
-    bfloat16 by truncation (the GPU rounds to nearest even), so on the CPU results may be an ulp
-    or two apart (more after cancellation); there the float32 runs are the precise check."""
-    return dict(atol=0, rtol=0) if ON_CUDA else dict(atol=6e-2, rtol=2e-2)
+    """An ulp or two of bfloat16: the compiled kernels contract a*b + c into one FMA (one rounding
+    where torch has two; seen on the H200), and the interpreter casts float32 to bfloat16 by
+    truncation. The float32 runs are the precise check."""
+    return dict(atol=6e-2, rtol=2e-2)

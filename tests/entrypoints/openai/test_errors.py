@@ -37,7 +37,8 @@ def test_bad_requests_are_400(tiny_server):
     _assert_error(*s.post("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}), 400, "echo")
     _assert_error(*_chat(s, top_logprobs=2), 400, "logprobs")
     _assert_error(*_chat(s, stream_options={"include_usage": True}), 400, "stream", param="stream_options")
-    _assert_error(*_chat(s, tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools")
+    _assert_error(*_chat(s, tools=[{"type": "function", "function": {"name": "f"}}],
+                         tool_choice={"type": "function", "function": {"name": "g"}}), 400, "'g'", param="tool_choice")
     _assert_error(*_chat(s, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
                   400, "image_url")
     _assert_error(*s.post("/v1/embeddings", {"input": []}), 400, "empty")

@@ -29,14 +29,15 @@ def test_chat_completion_shape(tiny_server):
     assert r.usage.completion_tokens <= 16 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
-def test_chat_roles_and_max_completion_tokens(tiny_server):
+def test_chat_roles_and_max_completion_tokens(tiny_tools_server):
+    """(The template that takes tool_calls: written out as text, the call would not fit in 128 tokens.)"""
     messages = [{"role": "developer", "content": "Be brief."},
                 {"role": "system", "content": [{"type": "text", "text": "Really."}]},
                 {"role": "user", "content": "Call a tool."},
                 {"role": "assistant", "content": None, "tool_calls": [
                     {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
-    r = tiny_server.client().chat.completions.create(model="test-model", messages=messages, max_tokens=50,
+    r = tiny_tools_server.client().chat.completions.create(model="test-model", messages=messages, max_tokens=50,
                                                      max_completion_tokens=3, extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
 
