@@ -39,7 +39,7 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor,
     num_rows = logits.shape[0] if indices is None else indices.shape[0]
     if bitmask.shape[0] < num_rows:
         raise ValueError(f"bitmask has {bitmask.shape[0]} rows for {num_rows} logits rows")
-    if use_triton(logits) and logits.stride(1) == 1:
+    if use_triton(logits, "bitmask") and logits.stride(1) == 1:
         from gdserve.kernels.triton.bitmask import apply_token_bitmask_triton
         bitmask = bitmask.to(logits.device, non_blocking=True).contiguous()
         indices = None if indices is None else indices.to(logits.device, non_blocking=True)

@@ -91,7 +91,7 @@ def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 def _triton_ok(query: torch.Tensor, k_cache: torch.Tensor) -> bool:
     head_dim = query.shape[-1]
-    return use_triton(query) and head_dim >= 16 and head_dim & (head_dim - 1) == 0 and \
+    return use_triton(query, "paged_attention") and head_dim >= 16 and head_dim & (head_dim - 1) == 0 and \
         k_cache.dtype == query.dtype and k_cache.stride(3) == 1
 
 

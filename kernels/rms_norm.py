@@ -22,7 +22,7 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float,
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
     """rms_norm_reference in one pass (Triton on CUDA, native C on the CPU) where the dtypes and
     layout allow; the residual is then updated in place."""
-    if use_triton(x) and weight.dtype == x.dtype and x.dim() == 2 and x.stride(1) == 1 and \
+    if use_triton(x, "rms_norm") and weight.dtype == x.dtype and x.dim() == 2 and x.stride(1) == 1 and \
             (residual is None or residual.stride(1) == 1):
         from gdserve.kernels.triton.rms_norm import rms_norm_triton
         return rms_norm_triton(x, weight, eps, residual)

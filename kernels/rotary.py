@@ -13,7 +13,7 @@ def apply_rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """apply_rotary_reference, in one Triton pass on CUDA (same roundings) -> new [T, heads, D]."""
     half = x.shape[-1] // 2
-    if use_triton(x) and x.stride(-1) == 1 and cos.dtype == x.dtype and half & (half - 1) == 0:
+    if use_triton(x, "rotary") and x.stride(-1) == 1 and cos.dtype == x.dtype and half & (half - 1) == 0:
         from gdserve.kernels.triton.rotary import apply_rotary_triton
         return apply_rotary_triton(x, cos, sin)
     return apply_rotary_reference(x, cos, sin)
