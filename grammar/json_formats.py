@@ -115,3 +115,15 @@ def format_pattern(name: str) -> str | None:
     """The anchored ECMA pattern for a supported format, else None."""
     p = FORMATS.get(name)
     return None if p is None else f"^(?:{p})$"
+
+
+# Formats of the JSON Schema vocabularies (draft 3 to 2020-12): asserted, so one we can't write as
+# a pattern is refused. Any other name is an annotation (validators ignore unknown formats).
+KNOWN_FORMATS = frozenset(FORMATS) | {
+    "idn-hostname", "uri-template", "regex", "host-name", "ip-address", "color", "style", "phone",
+    "utc-millisec",
+}
+
+
+def is_known_format(name: str) -> bool:
+    return name in KNOWN_FORMATS

@@ -32,6 +32,7 @@ from gdserve.grammar.json_strings import (
     chars,
     complement,
     encode_charset,
+    intersect,
     repeat,
     union,
 )
@@ -345,7 +346,7 @@ class StringSpec:
         for start, end, items in _branches(parse_pattern(pattern)):
             items = ([] if start else [("rep", ("set", ALL), 0, None)]) + items + \
                 ([] if end else [("rep", ("set", ALL), 0, None)])
-            out.append(items)
+            out.append(_first_occurrence(items))
         return StringSpec(out)
 
     def with_length(self, lo: int, hi: int | None) -> "tuple[StringSpec, bool] | None":
@@ -378,6 +379,19 @@ class StringSpec:
             return None
         body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
         return '"' + body + '"'
+
+
+def _first_occurrence(items: list) -> list:
+    """`.*S.*` (an unanchored one-character pattern, `S+` too) as `[^S]*S.*`: the same strings,
+    but unambiguous, so a backtracking engine doesn't go quadratic on it."""
+    if len(items) != 3 or items[0] != ("rep", ("set", ALL), 0, None) or items[2] != items[0]:
+        return items
+    mid = items[1]
+    if mid[0] == "rep" and mid[1][0] == "set" and mid[2] == 1 and mid[3] is None:
+        mid = mid[1]
+    if mid[0] != "set":
+        return items
+    return [("rep", ("set", complement(mid[1])), 0, None), mid, items[2]]
 
 
 class _CantRestrict(Exception):
@@ -478,3 +492,71 @@ def _emit(node, limits: Limits, narrowed: list[str], where: str, pairs: bool = T
             return ""
         return repeat(x, lo, hi, limits, narrowed, where)
     raise AssertionError(kind)
+
+
+def matches_everything(spec: StringSpec) -> bool:
+    """True if some branch matches every string: all its items may be empty and one is `.*` over
+    all characters (what an unanchored side gets)."""
+    for items in spec.branches:
+        if all(length_range(x)[0] == 0 for x in items) and \
+                any(x[0] == "rep" and x[1] == ("set", ALL) and x[3] is None for x in items):
+            return True
+    return False
+
+
+def _first(items: list) -> tuple[Intervals, bool]:
+    """(the characters a match of the item sequence can start with, whether it can be empty)."""
+    acc: Intervals = EMPTY
+    for x in items:
+        kind = x[0]
+        if kind == "set":
+            return union(acc, x[1]), False
+        if kind == "cat":
+            f, nullable = _first(list(x[1]))
+        elif kind == "alt":
+            firsts = [_first([b]) for b in x[1]]
+            f, nullable = union(*(a for a, _ in firsts)), any(n for _, n in firsts)
+        elif kind == "rep":
+            f, nullable = _first([x[1]])
+            nullable = nullable or x[2] == 0
+        else:  # anchors match the empty string
+            f, nullable = EMPTY, True
+        acc = union(acc, f)
+        if not nullable:
+            return acc, False
+    return acc, True
+
+
+def first_chars(spec: StringSpec) -> tuple[Intervals, bool]:
+    """(the possible first characters of a matching string, whether "" matches)."""
+    firsts = [_first(items) for items in spec.branches]
+    return union(EMPTY, *(f for f, _ in firsts)), any(n for _, n in firsts)
+
+
+def _fixed_prefix(items: list) -> list[Intervals]:
+    """The character sets of the first characters, as far as each position has one set."""
+    out = []
+    for x in items:
+        if x[0] == "set":
+            out.append(x[1])
+            continue
+        if x[0] == "rep" and x[1][0] == "set" and x[2] >= 1:
+            out += [x[1][1]] * x[2]
+            if x[2] == x[3]:
+                continue
+        break
+    return out
+
+
+def _prefixes_differ(a: list, b: list) -> bool:
+    return any(not intersect(x, y) for x, y in zip(_fixed_prefix(a), _fixed_prefix(b)))
+
+
+def provably_disjoint(a: StringSpec, b: StringSpec) -> bool:
+    """No string matches both: neither matches "" and their first characters differ, or each
+    pair of branches has a position in its fixed-length prefixes where the characters differ."""
+    fa, na = first_chars(a)
+    fb, nb = first_chars(b)
+    if not na and not nb and not intersect(fa, fb):
+        return True
+    return all(_prefixes_differ(x, y) for x in a.branches for y in b.branches)

@@ -31,9 +31,25 @@ accepts (`jsonschema`, formats checked). Completeness is best effort; left out o
   exactly has its repetitions bounded to fit `maxLength`: subsets, listed in `narrowed`. Lower
   bounds above MAX_MIN_BOUND raise GrammarError.
 - `oneOf` is exact when its branches are provably disjoint (types, `const`/`enum` values, numeric
-  ranges, a required property with disjoint values, or `additionalProperties: false` against the
-  other branch's required key); otherwise strict mode raises GrammarError and lenient mode
-  compiles it as `anyOf`, listed in `relaxed` (an approximation that may accept an invalid instance).
+  ranges, string patterns with different first characters, a required property with disjoint
+  values, `additionalProperties: false` against the other branch's required key, a property one
+  branch forbids and the other requires); otherwise each branch is conjoined with the negation of
+  the branches that may overlap it (json_schema_neg). Where a negation is partial (a keyword such
+  as `pattern` has no positive negation) the result is a subset, listed in `narrowed`; where none
+  is possible strict mode raises GrammarError and lenient mode compiles it as `anyOf`, listed in
+  `relaxed` (an approximation that may accept an invalid instance).
+- `enum`/`const` beside any other keywords: each value is evaluated exactly (json_schema_eval), so
+  `not`, `oneOf`, `multipleOf`, `if`, ... beside an enum always compile when decidable.
+- `not`, `if`/`then`/`else` and `dependentRequired`/`dependentSchemas`/`dependencies` are rewritten
+  into alternatives with exact negations (types, values of null/boolean/string, required,
+  bounds, properties whose negation is positive); others raise GrammarError (relaxed if lenient).
+- `patternProperties`: a key matching a pattern takes its schema (declared names take the schemas
+  of the patterns they match); patterns must be provably disjoint or carry the same schema, and a
+  pattern matching a declared name must match every name. Keys matching no pattern are admitted
+  only where additionalProperties allows them and a pattern takes every key; otherwise they are
+  left out (narrowed unless additionalProperties is false), as objects with `properties` are.
+- `format`s outside the JSON Schema vocabularies (semver, int32, ...) are annotations, as
+  validators treat them: not enforced, listed in `relaxed`.
 
 Whitespace: `whitespace_pattern` (a regex) goes between all tokens. The default: after "{", "[",
 "," and before "}", "]" one space/tab or a newline plus up to 4 spaces/tabs per open container
@@ -43,18 +59,20 @@ Whitespace: `whitespace_pattern` (a regex) goes between all tokens. The default:
 Supported: type, enum, const, minimum, maximum, exclusiveMinimum/exclusiveMaximum (numbers and
 draft-4 booleans), minLength, maxLength, pattern, format (date, time, date-time, email, idn-email,
 uuid, uri, uri-reference, iri, iri-reference, ipv4, ipv6, hostname, json-pointer,
-relative-json-pointer, duration), properties, required, additionalProperties, propertyNames (for
-maps), minProperties/maxProperties when implied or "at least one", items, prefixItems, draft-7
+relative-json-pointer, duration; non-standard names ignored), properties, patternProperties,
+required, additionalProperties, propertyNames (for maps), minProperties/maxProperties when implied
+or "at least one", dependentRequired, dependentSchemas, dependencies, items, prefixItems, draft-7
 items arrays + additionalItems, minItems, maxItems, uniqueItems (small finite item sets, tuples of
 disjoint positions, maxItems <= 1), allOf (merged into one schema, never concatenated), anyOf and
-oneOf (distributed over their siblings), $ref ("#", JSON pointers with ~0 ~1 and %-escapes,
-definitions, $anchor, the root $id, embedded resources' $id; siblings merged).
+oneOf (distributed over their siblings), not and if/then/else (see above), $ref ("#", JSON
+pointers with ~0 ~1 and %-escapes, definitions, $anchor, the root $id, embedded resources' $id;
+siblings merged). Any keyword beside an enum/const that evaluates every value.
 Annotations (title, description, default, examples, $comment, readOnly, ...) and unknown keywords
-are ignored. Unsupported keywords (multipleOf, not, if/then/else, patternProperties,
-dependentRequired, dependentSchemas, dependencies, contains, unevaluated*, $dynamicRef, other
-formats, ...) raise GrammarError "unsupported keyword 'k' at /pointer"; with lenient=True they are
-dropped and listed in `relaxed` ("k at /pointer"). Recursive schemas, remote refs and regexes
-longer than max_regex_chars raise GrammarError in both modes.
+are ignored. Unsupported keywords (multipleOf, contains, unevaluated*, $dynamicRef, JSON Schema
+formats without a pattern, negations without a positive form, ...) raise GrammarError
+"unsupported keyword 'k' at /pointer"; with lenient=True they are dropped and listed in `relaxed`
+("k at /pointer"). Recursive schemas, remote refs and regexes longer than max_regex_chars raise
+GrammarError in both modes.
 """
 
 from __future__ import annotations
@@ -66,9 +84,11 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_formats import format_pattern
+from gdserve.grammar.json_formats import format_pattern, is_known_format
 from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
-from gdserve.grammar.json_patterns import StringSpec
+from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
+from gdserve.grammar.json_schema_eval import pattern_test
+from gdserve.grammar.json_schema_neg import has_ref
 from gdserve.grammar.json_schema_norm import (
     _TYPES,
     Normalizer,
@@ -202,16 +222,45 @@ class _Compiler(Normalizer):
                                    "branches")
             parts = [self.compile(c, width) for c in res.conjs]
             if res.kind == "oneOf" and len(res.conjs) > 1 and not self._pairwise_disjoint(res.conjs):
-                # anyOf would accept an instance valid in two branches: only on request.
-                if not self.lenient:
-                    raise GrammarError(f"oneOf at {_show(res.ptr)}: the branches are not provably exclusive, "
-                                       "so 'exactly one' cannot be enforced; lenient mode compiles it as anyOf")
-                self.relaxed.append(f"oneOf at {_show(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
+                parts = self._one_of(res, parts, width)
             parts = list(dict.fromkeys(p for p in parts if p is not None))
             out = None if not parts else parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
         else:
             out = self.compile_node(res)
         self.memo[key] = out
+        return out
+
+    def _one_of(self, res: _Alts, parts: list, width: int) -> list:
+        """oneOf whose branches may overlap: made exclusive where the negations allow; else
+        anyOf, on request only (it would accept an instance valid in two branches)."""
+        exclusive = self.exclusive_branches(res)
+        if exclusive is not None:
+            out = self._compile_exclusive(res, exclusive, parts, width)
+            if out is not None:
+                return out
+        if not self.lenient:
+            raise GrammarError(f"oneOf at {_show(res.ptr)}: the branches are not provably exclusive, "
+                               "so 'exactly one' cannot be enforced; lenient mode compiles it as anyOf")
+        self.relaxed.append(f"oneOf at {_show(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
+        return parts
+
+    def _compile_exclusive(self, res: _Alts, exclusive, parts: list, width: int) -> list | None:
+        """The parts of a oneOf made exclusive, None where a partial negation would empty a
+        branch that has values (then it is not worth the narrowing)."""
+        per_branch, partial = exclusive
+        width = width // len(res.conjs) * max(1, sum(map(len, per_branch)))
+        if width > MAX_BRANCHES:
+            raise GrammarError(f"oneOf at {_show(res.ptr)}: more than {MAX_BRANCHES} combined branches "
+                               "once made exclusive")
+        out = []
+        for before, conjs in zip(parts, per_branch):
+            mine = [self.compile(c, width) for c in conjs]
+            if partial and before is not None and all(m is None for m in mine):
+                return None
+            out += mine
+        if partial:
+            self.narrowed.append(f"at {_show(res.ptr)}: oneOf made exclusive by excluding more overlap "
+                                 "than needed (a negation without a positive form)")
         return out
 
     def compile_node(self, n: _Node) -> str | None:
@@ -220,15 +269,18 @@ class _Compiler(Normalizer):
         if n.enum is not None:
             return self._enum(n)
         types = n.types if n.types is not None else set(_TYPES)
+        excluded = self._excluded(n, types)
         parts = []
-        if "null" in types:
+        if "null" in types and None not in excluded:
             parts.append("null")
         if "boolean" in types:
-            parts.append("(?:true|false)")
+            bools = [b for b in ("true", "false") if (b == "true") not in excluded]
+            if bools:
+                parts.append(bools[0] if len(bools) == 1 else "(?:true|false)")
         if "integer" in types or "fraction" in types:
             parts.append(self._number(n, types))
         if "string" in types:
-            parts.append(self._string(n))
+            parts.append(self._string(n, [v for v in excluded if isinstance(v, str)]))
         if "object" in types:
             parts.append(self._object(n))
         if "array" in types:
@@ -238,6 +290,20 @@ class _Compiler(Normalizer):
             self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable")
             return None
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    def _excluded(self, n: _Node, types: set) -> list:
+        """Values of n.excluded (not enum/const) that n's types admit; null, booleans and strings
+        are excluded exactly, other values only where their type is not admitted."""
+        out = []
+        for v in n.excluded:
+            vt = _value_types(v)
+            if not vt & types:
+                continue
+            if vt & {"integer", "fraction", "object", "array"}:
+                self.unsupported("not", n.ptr, f"excluding the value {json.dumps(v)[:40]}")
+                continue
+            out.append(v)
+        return out
 
     @property
     def wsb(self) -> str:
@@ -370,9 +436,17 @@ class _Compiler(Normalizer):
 
     # ---- strings
 
-    def _string(self, n: _Node) -> str | None:
+    def _string(self, n: _Node, excluded: list[str] = ()) -> str | None:
+        if excluded:
+            if n.formats or n.patterns or n.min_len > 0 or n.max_len is not None:
+                self.unsupported("not", n.ptr, "excluded strings together with pattern/format/length")
+            else:
+                return self._key_not_in(list(excluded))
         specs = []
         for fmt, p in n.formats:
+            if not is_known_format(fmt):
+                self.relaxed.append(f"format '{fmt}' at {_show(p)} (not a JSON Schema format: an annotation)")
+                continue
             pat = format_pattern(fmt)
             if pat is None:
                 self.unsupported(f"format '{fmt}'", p)
@@ -459,8 +533,15 @@ class _Compiler(Normalizer):
     def _object_body(self, n: _Node) -> str | None:
         sep = f"{self.wsi},{self.wsb}"
         names = list(n.props) + [r for r in n.required if r not in n.props]
+        kept_out = names + sorted(f for f in n.forbidden if f not in names)  # keys extra keys never spell
         members: list[tuple[str, bool, str]] = []
         for name in names:
+            if name in n.forbidden:
+                if name in n.required:
+                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (property '{name}' "
+                                      "both required and excluded)")
+                    return None
+                continue
             conj = n.props.get(name)
             if conj is None:  # required but not in properties: additionalProperties applies
                 conj = n.additional or []
@@ -475,10 +556,16 @@ class _Compiler(Normalizer):
             members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
         # additional properties
         extra = None
-        if n.additional is not None or not names:
+        key = self._key_not_in(kept_out)
+        if n.pattern_props:
+            extra = self._pattern_members(n, kept_out)
+            key = None
+        elif n.additional is not None or not names:
             extra = self._content(n.additional or [], f"{n.ptr}/additionalProperties")
-        key = self._key_not_in(names)
-        if n.prop_names is not None:
+        if n.prop_names is not None and (n.pattern_props or n.forbidden):
+            self.unsupported("propertyNames", n.prop_names[0].ptr,
+                             "together with patternProperties or excluded names")
+        elif n.prop_names is not None:
             pn_ptr = n.prop_names[0].ptr
             key_rx = self.compile(n.prop_names + [_Sub(_STRING_SCHEMA, pn_ptr, frozenset())])
             check = re.compile(key_rx) if key_rx is not None else None
@@ -506,7 +593,7 @@ class _Compiler(Normalizer):
             if map_max == 0:
                 extra = None
         if extra is not None:
-            m = f"{key}{self.wsi}:{self.wsi}{extra}"
+            m = extra if key is None else f"{key}{self.wsi}:{self.wsi}{extra}"
             if map_max is None:
                 rest = f"(?:{sep}{m})*"
             else:
@@ -537,6 +624,60 @@ class _Compiler(Normalizer):
         if empty_ok and not all_optional_nonempty:
             return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
         return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+
+    def _pattern_members(self, n: _Node, names: list[str]) -> str | None:
+        """One member whose key matches a patternProperties pattern, "key: value" (None: no such
+        key can appear). Keys never spell a declared name; other keys are left out (narrowed unless
+        additionalProperties forbids them or a pattern takes every key)."""
+        specs = []
+        for q, p, conj in n.pattern_props:
+            try:
+                specs.append((q, p, conj, StringSpec.from_pattern(q)))
+            except GrammarError as e:
+                self.unsupported("patternProperties", p, str(e))
+        for i, (q, p, conj, spec) in enumerate(specs):
+            for q2, _, conj2, spec2 in specs[:i]:
+                if not provably_disjoint(spec, spec2) and [x.schema for x in conj] != [x.schema for x in conj2]:
+                    self.unsupported("patternProperties", p, f"patterns {q2!r} and {q!r} may both match a key")
+        everything = any(matches_everything(spec) for *_, spec in specs)
+        closed = n.additional is not None and any(x.schema is False for x in n.additional)
+        if n.additional is not None and not closed and not everything:
+            self.narrowed.append(f"at {_show(n.ptr)}: only declared and patternProperties keys "
+                                 "(additionalProperties beside patternProperties left out)")
+        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
+        alts = []
+        for q, p, conj, spec in specs:
+            if any(pattern_test(q, d) is not False and not self._pattern_covers(n, d, conj) for d in names):
+                if not matches_everything(spec):
+                    self.unsupported("patternProperties", p, f"pattern {q!r} matches a declared property name")
+                    continue
+                key = self._key_not_in(names)
+            else:
+                key = spec.emit(limits, self.narrowed, _show(p))
+            value = self._content(conj, p)
+            if key is not None and value is not None:
+                alts.append(f"{key}{self.wsi}:{self.wsi}{value}")
+        alts = list(dict.fromkeys(alts))
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    def _pattern_covers(self, n: _Node, name: str, conj: list[_Sub]) -> bool:
+        """A key `name` spelled by a pattern's member gets only the pattern's schemas: exact where
+        the declared property asks nothing more (each of its schemas is one of the pattern's, or
+        asserts nothing)."""
+        if name in n.forbidden or name not in n.props:
+            return False
+        mine = [x.schema for x in conj]
+
+        def implied(sub: _Sub) -> bool:
+            if any(sub.schema is y for y in mine):
+                return True
+            if not has_ref(sub.schema) and any(_json_equal(_assertions(sub.schema), _assertions(y)) for y in mine):
+                return True  # equal without $ref: the same wherever it sits
+            node = self._peek([sub])
+            return isinstance(node, _Node) and node.unconstrained()
+        return all(implied(x) for x in n.props[name])
 
     # ---- arrays
 
@@ -663,6 +804,17 @@ class _Compiler(Normalizer):
             check = self._checker(replace(res, enum=None))
             vals = [v for v in vals if check.fullmatch(_compact(v))]
         return vals
+
+
+_ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                "writeOnly")
+
+
+def _assertions(schema):
+    """The schema without its top-level annotations (for comparing schemas)."""
+    if not isinstance(schema, dict):
+        return schema
+    return {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
 
 
 def _compact(v) -> str:

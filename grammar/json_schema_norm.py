@@ -21,9 +21,14 @@ _TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")
 _TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "array": {"array"},
                "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
 
-_UNSUPPORTED = {"multipleOf", "not", "patternProperties", "dependentRequired", "dependentSchemas",
+_UNSUPPORTED = {"multipleOf", "not", "dependentRequired", "dependentSchemas",
                 "dependencies", "contains", "unevaluatedItems", "unevaluatedProperties",
                 "$dynamicRef", "$recursiveRef"}
+_DEPENDENCIES = ("dependentRequired", "dependentSchemas", "dependencies")
+# Private keywords of synthesized schemas (json_schema_neg), never in a user's schema:
+FORBID = "\x00forbid"  # [names]: an object has none of them
+NOT_IN = "\x00notIn"  # [values]: the instance equals none of them
+MAX_REWRITE_BRANCHES = 256
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "contains",
@@ -70,6 +75,7 @@ class _Node:
     required: list = field(default_factory=list)
     additional: list | None = None
     prop_names: list | None = None
+    pattern_props: list = field(default_factory=list)  # (pattern, ptr, conj)
     min_props: int = 0
     max_props: int | None = None
     min_props_ptr: str = ""
@@ -79,6 +85,8 @@ class _Node:
     min_items: int = 0
     max_items: int | None = None
     unique: str | None = None  # pointer of uniqueItems: true
+    forbidden: set = field(default_factory=set)  # property names that must be absent
+    excluded: list = field(default_factory=list)  # values the instance must not equal
     from_allof: bool = False
 
     def unconstrained(self) -> bool:
@@ -145,6 +153,9 @@ class Normalizer:
         self.relaxed: list[str] = []
         self.narrowed: list[str] = []
         self.unsat: list[str] = []
+        self._evaluator = None
+        self._negator = None
+        self._synthesized: list = []  # schemas made by rewrites, kept alive (memo keys hold ids)
         if parent is None:
             self._ids, self._anchors, self._embedded = self._index_resources(root)
         else:
@@ -279,6 +290,9 @@ class Normalizer:
             if not self._expand(sub, flat, reasons):
                 self.unsat.append(f"schema at {_show(conj[0].ptr)} is unsatisfiable ({reasons[0]})")
                 return None
+        finite = self._finite_by_evaluation(flat, conj[0].ptr if conj else "")
+        if finite is not False:
+            return finite
         for i, sub in enumerate(flat):
             for kw in ("anyOf", "oneOf"):
                 if kw in sub.schema and kw not in sub.skip:
@@ -289,7 +303,102 @@ class Normalizer:
                     base[i] = replace(sub, skip=sub.skip | {kw})
                     return _Alts(kw, sub.ptr, [base + [_Sub(b, f"{sub.ptr}/{kw}/{j}", sub.refs)]
                                                for j, b in enumerate(branches)])
+            rewritten = self._rewrite(flat, i, sub)
+            if rewritten is not False:
+                return rewritten
         return self._merge(flat, conj[0].ptr if conj else "")
+
+    # ---- rewrites into anyOf: not, if/then/else, dependencies
+
+    def negation(self):
+        if self._negator is None:
+            from gdserve.grammar.json_schema_neg import Negator
+            self._negator = Negator(self._resolve, self._synthesized)
+        return self._negator
+
+    def _synth(self, schema: dict, ptr: str, refs: frozenset) -> _Sub:
+        self._synthesized.append(schema)
+        return _Sub(schema, ptr, refs)
+
+    def _rewrite(self, flat: list[_Sub], i: int, sub: _Sub):
+        """not / if-then-else / dependencies of flat[i] as alternatives (an _Alts), None if that
+        leaves nothing, False if flat[i] has none of them."""
+        s = sub.schema
+        if not isinstance(s, dict):
+            return False
+        for kw in ("not", "if") + _DEPENDENCIES:
+            if kw in s and kw not in sub.skip and (kw != "if" or "then" in s or "else" in s):
+                break
+        else:
+            return False
+        base = list(flat)
+        base[i] = replace(sub, skip=sub.skip | {kw})
+        conjs = self._rewrite_conjs(kw, s, sub)
+        if conjs is None:
+            self._keyword(kw, sub.ptr)  # strict: raises; lenient: dropped
+            conjs = [[]]
+        if not conjs:
+            self.unsat.append(f"schema at {_show(sub.ptr)} is unsatisfiable ('{kw}' excludes every value)")
+            return None
+        if len(conjs) > MAX_REWRITE_BRANCHES:
+            raise GrammarError(f"'{kw}' at {_show(sub.ptr)}: more than {MAX_REWRITE_BRANCHES} alternatives")
+        if len(conjs) == 1:
+            return self.normalize(base + conjs[0])
+        return _Alts("anyOf", sub.ptr, [base + c for c in conjs])
+
+    def _rewrite_conjs(self, kw: str, s: dict, sub: _Sub) -> list[list[_Sub]] | None:
+        p, refs = sub.ptr, sub.refs
+        if kw == "not":
+            return self.negation().negate(_Sub(s["not"], f"{p}/not", refs))
+        if kw == "if":
+            cond = _Sub(s["if"], f"{p}/if", refs)
+            neg = self.negation().negate(cond)
+            if neg is None:
+                return None
+            then = [_Sub(s["then"], f"{p}/then", refs)] if "then" in s else []
+            other = [_Sub(s["else"], f"{p}/else", refs)] if "else" in s else []
+            return [[cond] + then] + [alt + other for alt in neg]
+        deps = s[kw]
+        if not isinstance(deps, dict):
+            raise GrammarError(f"'{kw}' at {_show(p)} must be an object")
+        conjs: list[list[_Sub]] = [[]]
+        for k, d in deps.items():
+            where = f"{p}/{kw}/{_esc(k)}"
+            absent = self._synth({FORBID: [k]}, where, refs)
+            if isinstance(d, list):
+                present = [self._synth({"required": [k] + [x for x in d if x != k]}, where, refs)]
+            else:
+                present = [self._synth({"required": [k]}, where, refs), _Sub(d, where, refs)]
+            conjs = [c + [absent] for c in conjs] + [c + present for c in conjs]
+            if len(conjs) > MAX_REWRITE_BRANCHES:
+                raise GrammarError(f"'{kw}' at {_show(p)}: more than {MAX_REWRITE_BRANCHES} alternatives")
+        return conjs
+
+    def _finite_by_evaluation(self, flat: list[_Sub], ptr: str):
+        """Where an enum/const lists the candidates, every keyword (not, oneOf, multipleOf, ...)
+        is applied by evaluating each candidate exactly: a _Node of the survivors, None if none
+        survives, False where some candidate can't be decided (the keyword path takes over)."""
+        cands = next(([s.schema["const"]] if "const" in s.schema else s.schema["enum"]
+                      for s in flat if isinstance(s.schema, dict)
+                      and ("const" in s.schema or isinstance(s.schema.get("enum"), list))), None)
+        if cands is None:
+            return False
+        if self._evaluator is None:
+            from gdserve.grammar.json_schema_eval import Evaluator
+            self._evaluator = Evaluator(self._resolve)
+        kept = []
+        for v in cands:
+            ok = self._evaluator.decide(flat, v)
+            if ok is None:
+                return False
+            if ok and not any(_json_equal(v, w) for w in kept):
+                kept.append(v)
+        if not kept:
+            what = "allOf" if any("/allOf/" in s.ptr[len(ptr):] for s in flat) else "schema"
+            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no enum/const value passes "
+                              "the other keywords)")
+            return None
+        return _Node(ptr, enum=kept)
 
     def _merge(self, flat: list[_Sub], ptr: str):
         n = _Node(ptr)
@@ -299,10 +408,16 @@ class Normalizer:
         for sub in flat:
             s, p = sub.schema, sub.ptr
             for kw in s:
-                if kw in _UNSUPPORTED:
+                if kw == "multipleOf" and _is_one(s[kw]):  # integral numbers: integer
+                    n.types = (set(_TYPES) if n.types is None else n.types) - {"fraction"}
+                elif kw in _UNSUPPORTED and kw not in sub.skip:
                     self._keyword(kw, p)
-            if "if" in s and ("then" in s or "else" in s):
+            if "if" in s and ("then" in s or "else" in s) and "if" not in sub.skip:
                 self._keyword("if", p)
+            if FORBID in s:
+                n.forbidden |= set(s[FORBID])
+            if NOT_IN in s:
+                n.excluded += [v for v in s[NOT_IN] if not any(_json_equal(v, w) for w in n.excluded)]
             if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
                 raise AssertionError
             if "type" in s:
@@ -342,12 +457,15 @@ class Normalizer:
                 if all(s["format"] != q for q, _ in n.formats):
                     n.formats.append((s["format"], p))
             # objects
-            if "properties" in s or "additionalProperties" in s:
+            if "properties" in s or "additionalProperties" in s or "patternProperties" in s:
                 props = s.get("properties", {})
-                if not isinstance(props, dict):
-                    raise GrammarError(f"'properties' at {_show(p)} must be an object")
+                pats = s.get("patternProperties", {})
+                for kw, x in (("properties", props), ("patternProperties", pats)):
+                    if not isinstance(x, dict):
+                        raise GrammarError(f"'{kw}' at {_show(p)} must be an object")
                 ap = s.get("additionalProperties")
-                obj_parts.append((sub, props, None if ap is None else _Sub(ap, f"{p}/additionalProperties", sub.refs)))
+                obj_parts.append((sub, props, None if ap is None else _Sub(ap, f"{p}/additionalProperties", sub.refs),
+                                  {q: _Sub(x, f"{p}/patternProperties/{_esc(q)}", sub.refs) for q, x in pats.items()}))
             if "required" in s:
                 req = s["required"]
                 if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
@@ -386,19 +504,7 @@ class Normalizer:
                 n.unique = p
         # properties of one part meet the additionalProperties of the others
         if obj_parts:
-            names: list[str] = []
-            for _, props, _ in obj_parts:
-                names += [k for k in props if k not in names]
-            for k in names:
-                conj = []
-                for sub, props, ap in obj_parts:
-                    if k in props:
-                        conj.append(_Sub(props[k], f"{sub.ptr}/properties/{_esc(k)}", sub.refs))
-                    elif ap is not None:
-                        conj.append(ap)
-                n.props[k] = conj
-            aps = [ap for _, _, ap in obj_parts if ap is not None]
-            n.additional = aps or None
+            self._merge_properties(n, obj_parts)
         if arr_parts:
             width = max(len(pre) for pre, _ in arr_parts)
             for i in range(width):
@@ -410,10 +516,54 @@ class Normalizer:
         if n.types is not None and not n.types:
             self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no type is allowed by all parts)")
             return None
+        if n.enum is not None and n.excluded:
+            n.enum = [v for v in n.enum if not any(_json_equal(v, w) for w in n.excluded)]
+            n.excluded = []
         if n.enum is not None and not n.enum:
             self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no value is in every enum/const)")
             return None
         return n
+
+    def _merge_properties(self, n: _Node, parts: list) -> None:
+        """properties, patternProperties and additionalProperties of the parts (sub, props, ap,
+        pats): a declared name takes its properties, every pattern that matches it, and where
+        neither applies the part's additionalProperties."""
+        names: list[str] = []
+        for _, props, _, _ in parts:
+            names += [k for k in props if k not in names]
+        with_pats = [part for part in parts if part[3]]
+        if with_pats:
+            names += [r for r in n.required if r not in names]
+        for k in names:
+            conj = []
+            for sub, props, ap, pats in parts:
+                hits = self._matching_patterns(pats, k)
+                if k in props:
+                    conj.append(_Sub(props[k], f"{sub.ptr}/properties/{_esc(k)}", sub.refs))
+                conj += hits
+                if k not in props and not hits and ap is not None:
+                    conj.append(ap)
+            if conj or k not in n.required:
+                n.props[k] = conj
+        if len(with_pats) > 1:
+            self.unsupported("patternProperties", with_pats[1][0].ptr, "in more than one allOf branch")
+            with_pats = with_pats[:1]
+        for sub, _, _, pats in with_pats:
+            others = [ap for s2, _, ap, _ in parts if s2 is not sub and ap is not None]
+            n.pattern_props = [(q, x.ptr, [x] + others) for q, x in pats.items()]
+        aps = [ap for _, _, ap, _ in parts if ap is not None]
+        n.additional = aps or None
+
+    def _matching_patterns(self, pats: dict, name: str) -> list[_Sub]:
+        from gdserve.grammar.json_schema_eval import pattern_test
+        hits = []
+        for q, x in pats.items():
+            r = pattern_test(q, name)
+            if r is None:
+                self.unsupported("patternProperties", x.ptr, f"can't decide whether {q!r} matches {name!r}")
+            elif r:
+                hits.append(x)
+        return hits
 
     def _bounds(self, n: _Node, s: dict, p: str) -> None:
         for side in ("minimum", "maximum"):
@@ -438,8 +588,45 @@ class Normalizer:
 
     def _pairwise_disjoint(self, conjs: list[list[_Sub]]) -> bool:
         nodes = [self._peek(c) for c in conjs]
-        return all(self._disjoint(nodes[i], nodes[j], 2)
+        return all(self._disjoint_conjs(nodes, conjs, i, j)
                    for i in range(len(nodes)) for j in range(i + 1, len(nodes)))
+
+    def _disjoint_conjs(self, nodes: list, conjs: list[list[_Sub]], i: int, j: int) -> bool:
+        if self._disjoint(nodes[i], nodes[j], 2):
+            return True
+        return self._enum_outside(nodes[i], conjs[j]) or self._enum_outside(nodes[j], conjs[i])
+
+    def _enum_outside(self, node, conj: list[_Sub]) -> bool:
+        """node's enum values all fail conj (evaluated exactly)."""
+        if not isinstance(node, _Node) or node.enum is None:
+            return False
+        if self._evaluator is None:
+            from gdserve.grammar.json_schema_eval import Evaluator
+            self._evaluator = Evaluator(self._resolve)
+        return all(self._evaluator.decide(conj, v) is False for v in node.enum)
+
+    def exclusive_branches(self, alts: _Alts) -> tuple[list[list[list[_Sub]]], bool] | None:
+        """oneOf as anyOf of exclusive alternatives: branch i and not every branch j that may
+        overlap it (oneOf(A, B) = A and not B, or B and not A). Returns per branch its
+        alternatives, and whether some negation was partial (a subset: narrowed); None if a
+        negation is out of reach. Each conj is the shared siblings followed by its branch."""
+        nodes = [self._peek(c) for c in alts.conjs]
+        out: list[list[list[_Sub]]] = []
+        partial = False
+        for i, conj in enumerate(alts.conjs):
+            mine = [conj]
+            for j, other in enumerate(alts.conjs):
+                if j == i or self._disjoint_conjs(nodes, alts.conjs, i, j):
+                    continue
+                neg = self.negation().negate(other[-1], partial=True)
+                if neg is None:
+                    return None
+                partial = partial or self.negation().dropped
+                mine = [m + alt for m in mine for alt in neg]
+                if sum(map(len, out)) + len(mine) > MAX_REWRITE_BRANCHES:
+                    return None
+            out.append(mine)
+        return out, partial
 
     def _peek(self, conj):
         """The normalized node of conj for disjointness checks (None if unsatisfiable, an _Alts
@@ -455,6 +642,9 @@ class Normalizer:
     def _disjoint(self, a, b, depth: int) -> bool:
         if a is None or b is None:
             return True
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, _Alts) and depth > 0:  # every alternative of x is disjoint from y
+                return all(self._disjoint(self._peek(c), y, depth - 1) for c in x.conjs)
         if not isinstance(a, _Node) or not isinstance(b, _Node):
             return False
         ta = _effective_types(a)
@@ -466,6 +656,10 @@ class Normalizer:
             return not any(_json_equal(x, y) for x in a.enum for y in b.enum)
         if common <= {"integer", "fraction"}:
             return _ranges_disjoint(a, b)
+        if common == {"string"} and _patterns_disjoint(a, b):
+            return True
+        if common == {"object"} and (a.forbidden & set(b.required) or b.forbidden & set(a.required)):
+            return True
         if common == {"object"} and depth > 0:
             for x, y in ((a, b), (b, a)):
                 if _closed(x) and any(r not in x.props for r in y.required):
@@ -477,9 +671,13 @@ class Normalizer:
         return False
 
 
+def _is_one(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and v == 1
+
+
 def _closed(n: _Node) -> bool:
-    """additionalProperties: false (in JSON Schema semantics)."""
-    return n.additional is not None and any(s.schema is False for s in n.additional)
+    """additionalProperties: false and no patternProperties (in JSON Schema semantics)."""
+    return not n.pattern_props and n.additional is not None and any(s.schema is False for s in n.additional)
 
 
 def _effective_types(n: _Node) -> set:
@@ -496,3 +694,18 @@ def _ranges_disjoint(a: _Node, b: _Node) -> bool:
         return hi.value < lo.value or (hi.value == lo.value and (hi.exclusive or lo.exclusive))
 
     return below(a.hi, b.lo) or below(b.hi, a.lo)
+
+
+def _patterns_disjoint(a: _Node, b: _Node) -> bool:
+    """Some pattern of a and some pattern of b match no common string (first characters differ)."""
+    from gdserve.grammar.json_patterns import StringSpec, provably_disjoint
+
+    def specs(n: _Node) -> list:
+        out = []
+        for q, _ in n.patterns:
+            try:
+                out.append(StringSpec.from_pattern(q))
+            except GrammarError:
+                pass
+        return out
+    return any(provably_disjoint(x, y) for x in specs(a) for y in specs(b))

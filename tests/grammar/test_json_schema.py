@@ -1150,20 +1150,20 @@ def test_annotations_and_unknown_keywords_are_ignored():
 
 
 def test_unsupported_keywords_strict_and_lenient():
-    schema = {"type": "object", "properties": {"meta": {"type": "object", "patternProperties": {"^x": {}}},
+    schema = {"type": "object", "properties": {"meta": {"type": "array", "contains": {"type": "integer"}},
                                                "n": {"type": "integer", "multipleOf": 5}}}
     with pytest.raises(GrammarError) as e:
         schema_to_regex(schema)
-    assert str(e.value) == "unsupported keyword 'patternProperties' at /properties/meta"
+    assert str(e.value) == "unsupported keyword 'contains' at /properties/meta"
     regex, relaxed = schema_to_regex(schema, lenient=True)
-    assert "patternProperties at /properties/meta" in relaxed and "multipleOf at /properties/n" in relaxed
-    for kw, val in [("not", {"type": "null"}), ("contains", {"type": "integer"}), ("dependentRequired", {"a": ["b"]}),
+    assert "contains at /properties/meta" in relaxed and "multipleOf at /properties/n" in relaxed
+    for kw, val in [("not", {"pattern": "^a"}), ("contains", {"type": "integer"}),
                     ("unevaluatedProperties", False), ("propertyNames", {"maxLength": 3})]:
         s = {"type": "object", "properties": {"a": {}}, "additionalProperties": True, kw: val}
         with pytest.raises(GrammarError, match=kw):
             schema_to_regex(s)
     with pytest.raises(GrammarError, match="'if' at /"):
-        schema_to_regex({"if": {"type": "string"}, "then": {"minLength": 1}})
+        schema_to_regex({"if": {"pattern": "^a"}, "then": {"minLength": 1}})
     assert schema_to_regex({"type": "string", "then": {"minLength": 1}})[0] == schema_to_regex({"type": "string"})[0]
 
 
