@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from gdserve.grammar.token_index import TokenIndex
+from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
 from gdserve.kernels.bitmask import bitmask_width
 
 TERMINATED = -1  # the state after EOS
@@ -40,6 +40,8 @@ class Grammar:
                                          compare=False)
     _steps: dict[tuple[int, int], int] = field(default_factory=dict, init=False, repr=False,
                                                compare=False)
+    _max_next: dict[int, int] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)  # per state: the farthest next state's distance
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
@@ -47,7 +49,7 @@ class Grammar:
         return {name: self.__dict__[name] for name in fields}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _masks={}, _steps={})
+        self.__dict__.update(state, _masks={}, _steps={}, _max_next={})
 
     def matcher(self) -> "Matcher":
         return Matcher(self)
@@ -77,6 +79,41 @@ class Grammar:
         if mask is None:
             mask = self._masks[state] = self._build_mask(state)
         return mask
+
+    def distance(self, state: int) -> int:
+        """Bytes on the shortest way from `state` to a complete constraint (0: complete)."""
+        return int(self.index.dfa.distance[state])
+
+    @cached_property
+    def max_distance(self) -> int:
+        """The largest finite distance of any state: budgets at or above it never bind."""
+        dist = self.index.dfa.distance
+        finite = dist[dist < UNREACHABLE]
+        return int(finite.max()) if len(finite) else 0
+
+    def budget_row(self, state: int, budget: int) -> torch.Tensor:
+        """The tokens after which the constraint can still complete within `budget` more tokens
+        (bytes bound tokens from above: every byte is a token in byte-level vocabularies), plus
+        EOS where complete. Following only these, a sequence completes in time whenever its
+        start could; where no token fits, only those that bring completion closest."""
+        full = self.state_mask(state).row
+        if budget >= self.max_distance or self._max_next.get(state, UNREACHABLE) <= budget:
+            return full
+        dfa = self.index.dfa
+        nxt = self.index.next_states(state)[:self.vocab_size]
+        allowed = nxt != dfa.dead
+        dist = dfa.distance[nxt]
+        self._max_next[state] = int(dist[allowed].max()) if allowed.any() else 0
+        accepting = self.is_final(state)
+        if self._max_next[state] <= budget or not allowed.any():
+            return full
+        # Where no token fits the budget in bytes (multi-byte tokens may still make it in
+        # tokens), head for completion as fast as the bytes allow.
+        limit = budget if accepting else max(budget, int(dist[allowed].min()))
+        keep = np.flatnonzero(allowed & (dist <= limit))
+        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        np.bitwise_or.at(words, keep >> 5, np.uint32(1) << (keep & 31).astype(np.uint32))
+        return self._with_eos(words, accepting)
 
     @cached_property
     def eos_row(self) -> torch.Tensor:
@@ -125,14 +162,28 @@ class Matcher:
         self._states.append(next_state)
         return True
 
-    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
-        """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)])."""
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
+                                budget: int | None = None) -> None:
+        """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
+        budget: the tokens the sequence may still emit after this one; only tokens that leave
+        the constraint completable within it are allowed (see Grammar.budget_row)."""
         state = self._states[-1]
-        words = self.grammar.eos_row if state == TERMINATED else self.grammar.state_mask(state).row
+        if state == TERMINATED:
+            words = self.grammar.eos_row
+        elif budget is not None:
+            words = self.grammar.budget_row(state, budget)
+        else:
+            words = self.grammar.state_mask(state).row
         if bitmask.shape[-1] != words.shape[0]:
             raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
                              f"vocab_size {self.grammar.vocab_size} needs {words.shape[0]}")
         bitmask[row].copy_(words)
+
+    def distance_to_complete(self) -> int:
+        """Bytes still needed, at the fewest, to complete the constraint: an upper bound on the
+        tokens needed when every byte is a token (byte-level BPE, SentencePiece byte fallback)."""
+        state = self._states[-1]
+        return 0 if state == TERMINATED else self.grammar.distance(state)
 
     def is_terminated(self) -> bool:
         """EOS accepted, or the constraint is complete and only EOS can follow."""

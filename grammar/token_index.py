@@ -24,6 +24,7 @@ from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
 
 BYTE_EOS = 256
+UNREACHABLE = np.iinfo(np.int64).max // 2
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -56,6 +57,31 @@ class ByteDFA:
         for b in data:
             state = trans.item(state, classes.item(b))
         return state
+
+    @cached_property
+    def distance(self) -> np.ndarray:
+        """int64 [dead + 1]: the fewest bytes from each state to an accepting one (UNREACHABLE
+        where none can be reached). Breadth-first from the accepting states over reversed edges."""
+        num_states, num_classes = self.trans.shape
+        src = np.repeat(np.arange(num_states), num_classes)
+        dst = self.trans.ravel()
+        order = np.argsort(dst, kind="stable")
+        preds = src[order]                                   # predecessors grouped by target
+        starts = np.searchsorted(dst[order], np.arange(num_states + 1))
+        dist = np.full(num_states, UNREACHABLE, dtype=np.int64)
+        frontier = np.flatnonzero(self.final)
+        dist[frontier] = 0
+        level = 0
+        while len(frontier):
+            level += 1
+            lo, hi = starts[frontier], starts[frontier + 1]
+            counts = hi - lo
+            idx = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+            candidates = np.unique(preds[idx])
+            frontier = candidates[dist[candidates] == UNREACHABLE]
+            dist[frontier] = level
+        dist[self.dead] = UNREACHABLE
+        return dist
 
 
 def build_byte_dfa(pattern: str) -> ByteDFA:

@@ -43,7 +43,11 @@ class GuidedDecoder:
             self._bitmask = allocate_token_bitmask(max(len(rows), 2 * self._bitmask.shape[0]), self.vocab_size)
         bitmask = self._bitmask[:len(rows)]
         for j, i in enumerate(rows):
-            seqs[i].matcher.fill_next_token_bitmask(bitmask, j)
+            seq = seqs[i]
+            # After this token, max_tokens leaves this many for the rest and EOS: the matcher
+            # keeps the constraint completable within them (unbounded strings close in time).
+            budget = seq.max_tokens - seq.num_output_tokens - 2
+            seq.matcher.fill_next_token_bitmask(bitmask, j, budget=budget)
         indices = torch.tensor(rows, device=logits.device)
         apply_token_bitmask(logits, bitmask.to(logits.device, non_blocking=True), indices)
 

@@ -136,3 +136,27 @@ def test_fill_is_a_row_copy(grammar, smollm2_tokenizer):
         matcher.fill_next_token_bitmask(bitmask, 3)
         times.append(time.perf_counter() - start)
     assert np.percentile(times, 50) < 50e-6
+
+
+@pytest.mark.parametrize("pattern", [JSONISH, r'\{"text": "[^"\\]*", "n": -?[0-9]+\}', r"(ab|c)+d?",
+                                     r'\[(\{"a": "[a-z]*"\}(, )?)*\]'])
+def test_budgeted_masks_complete_within_max_tokens(pattern, smollm2_tokenizer):
+    """Random walks under the engine's budget (tokens left after this one, minus one for EOS)
+    always finish: EOS allowed, never a dead end, never past max_tokens."""
+    grammar = compile_grammar("regex", pattern, smollm2_tokenizer)
+    rng = random.Random(1)
+    bitmask = allocate_token_bitmask(1, grammar.vocab_size)
+    for trial in range(6):
+        matcher = grammar.matcher()
+        max_tokens = matcher.distance_to_complete() + 1 + rng.randrange(10)
+        for step in range(max_tokens):
+            matcher.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - step - 2)
+            words = bitmask[0].numpy().view(np.uint32)
+            allowed = {i for i in range(grammar.vocab_size) if words[i >> 5] >> (i & 31) & 1}
+            assert allowed and allowed <= allowed_ids(matcher)  # never outside the constraint
+            token = rng.choice(sorted(allowed))
+            assert matcher.accept_token(token)
+            if token in grammar.eos_token_ids or matcher.is_terminated():
+                break
+        else:
+            pytest.fail(f"{pattern}: no EOS within max_tokens={max_tokens}")

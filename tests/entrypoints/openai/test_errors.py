@@ -50,7 +50,7 @@ def test_bad_constraints_are_400(tiny_server):
     _assert_error(*_chat(s, guided_json={"type": "string"}, response_format={"type": "json_object"}), 400,
                   "at most one")
     _assert_error(*_chat(s, guided_regex="(?<=a)b"), 400, "look", param="guided_regex")
-    _assert_error(*_chat(s, guided_json={"type": "object", "properties": {"a": {"not": {"type": "string"}}}}),
+    _assert_error(*_chat(s, guided_json={"type": "object", "properties": {"a": {"not": {"pattern": "^a"}}}}),
                   400, "'not'", "/properties/a", param="guided_json")
     _assert_error(*_chat(s, guided_json="{not json"), 400, "not valid JSON")
     _assert_error(*_chat(s, guided_grammar="start: 'a'"), 400, "not supported", param="guided_grammar")
