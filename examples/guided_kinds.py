@@ -1,5 +1,5 @@
 """Every guided-decoding kind over the OpenAI API: a JSON Schema, a regex, a choice and a Lark
-grammar (the grammar kind answers with a clear 400 until Lark grammars land).
+grammar (Lark EBNF); a constraint the server rejects prints its 400 message.
 
     make serve                       # in another shell
     python examples/guided_kinds.py
@@ -34,7 +34,7 @@ def main() -> None:
         try:
             r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
                                                max_tokens=64, temperature=0, extra_body=constraint)
-        except openai.APIStatusError as e:  # 400 until Lark grammars land
+        except openai.APIStatusError as e:  # a constraint the server rejects: its message
             error = e.body if isinstance(e.body, dict) and "message" in e.body else {"message": str(e)}
             print(f"{kind:>8}: HTTP {e.status_code}: {error['message']} (param: {error.get('param')})")
             continue

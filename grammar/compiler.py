@@ -17,8 +17,11 @@ A compile also checks that some sequence of the vocabulary's tokens reaches an a
 """
 from typing import TYPE_CHECKING
 
+from gdserve.grammar.cfg import CfgGrammar
+from gdserve.grammar.cfg_lexer import terminal_dfa
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import schema_to_regex
+from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
 from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, start_state,
@@ -34,7 +37,7 @@ KINDS = ("json", "regex", "choice", "grammar")
 def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase", *,
                     whitespace_pattern: str | None = None, lenient: bool = False,
                     vocab_size: int | None = None,
-                    eos_token_ids: set[int] | None = None) -> Grammar:
+                    eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar") for `tokenizer`.
 
     whitespace_pattern, lenient: json only (see json_schema.schema_to_regex).
@@ -49,11 +52,13 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
 
 def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
                             whitespace_pattern: str | None = None, lenient: bool = False,
-                            vocab_size: int | None = None) -> Grammar:
+                            vocab_size: int | None = None) -> Grammar | CfgGrammar:
     """compile_grammar on a prepared TokenVocabulary (what the compile workers hold)."""
     vocab_size = vocab.size if vocab_size is None else vocab_size
     if vocab_size < 1:
         raise GrammarError(f"vocab_size must be positive, got {vocab_size}")
+    if kind == "grammar":
+        return compile_cfg(spec, vocab, vocab_size)
     regex, relaxed = spec_to_regex(kind, spec, whitespace_pattern, lenient)
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     index = build_index(regex, vocab)
@@ -73,9 +78,20 @@ def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None,
         return choice_regex(spec), []
     if kind == "json":
         return schema_to_regex(spec, whitespace_pattern=whitespace_pattern, lenient=lenient)
-    if kind == "grammar":
-        raise GrammarError("guided_grammar (Lark) is not supported yet")
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def compile_cfg(spec: object, vocab: TokenVocabulary, vocab_size: int) -> CfgGrammar:
+    """A Lark / GBNF / builtin:NAME grammar -> CfgGrammar (the LALR path, see grammar/cfg.py);
+    its terminal DFAs and the first mask are built here, in the compile worker."""
+    cfg = lark_to_spec(load_grammar_text(spec))
+    dfas = [terminal_dfa(t) for t in cfg.terminals]
+    eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
+    grammar = CfgGrammar("grammar", cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
+                         vocab_size, eos)
+    grammar.precompute()
+    grammar.mask(grammar.initial)
+    return grammar
 
 
 def indexed_pattern(regex: str) -> str:

@@ -53,7 +53,7 @@ def test_bad_constraints_are_400(tiny_server):
     _assert_error(*_chat(s, guided_json={"type": "object", "properties": {"a": {"not": {"pattern": "^a"}}}}),
                   400, "'not'", "/properties/a", param="guided_json")
     _assert_error(*_chat(s, guided_json="{not json"), 400, "not valid JSON")
-    _assert_error(*_chat(s, guided_grammar="start: 'a'"), 400, "not supported", param="guided_grammar")
+    _assert_error(*_chat(s, guided_grammar="start: 'a'"), 400, "invalid Lark grammar", param="guided_grammar")
     _assert_error(*_chat(s, structured_outputs={"regex": "a", "choice": ["b"]}), 400, "exactly one")
     _assert_error(*_chat(s, guided_regex="a+", guided_whitespace_pattern=" "), 400, "whitespace")
     _assert_error(*_chat(s, response_format={"type": "json_schema", "json_schema": {"name": "x"}}), 400, "schema")

@@ -1,0 +1,346 @@
+"""A compiled context-free grammar (kind "grammar") and its matcher, with the Grammar/Matcher API.
+
+Matcher state = (LALR stack, lexer id, lexer state): the parser after every emitted terminal, the
+contextual lexer of that stack's acceptable terminals, and the lexeme read so far. A lexeme that is
+complete and cannot grow is emitted at once, so a state at a lexer's start is an empty lexeme.
+
+A mask is the stored `inside` words of the lexer state, ORed with the crossing tokens that the
+parser lets through (cfg_masks), and cached per matcher state (the stack is part of the key: it
+is what decides which terminal may come next). EOS is allowed when the current lexeme is empty or
+complete and the parser then accepts `$END`.
+"""
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from gdserve.grammar.cfg_complete import prefix_tokens, shortest_completion, shortest_spelling
+from gdserve.grammar.cfg_lexer import Lexer
+from gdserve.grammar.cfg_masks import Expansion, MaskStore
+from gdserve.grammar.cfg_parser import LalrParser, Stack
+from gdserve.grammar.lark_spec import CfgSpec
+from gdserve.grammar.token_index import ByteDFA, TokenTrie
+from gdserve.kernels.bitmask import bitmask_width
+
+MAX_CACHED_MASKS = 8192
+STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
+STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
+
+
+@dataclass(frozen=True)
+class CfgState:
+    stack: Stack
+    lex: int     # state of the lexer DFA (a start state: the lexeme is empty)
+
+
+TERMINATED = CfgState((), -1)
+
+
+@dataclass(frozen=True)
+class CfgMask:
+    row: torch.Tensor   # int32 [W] packed, EOS bits included
+    accepting: bool
+    only_eos: bool
+
+
+@dataclass
+class CfgGrammar:
+    """Pickles without its caches (lexers and masks are rebuilt on demand; the trie is interned)."""
+    kind: str
+    spec: CfgSpec = field(repr=False)
+    trie: TokenTrie = field(repr=False)
+    terminal_dfas: list[ByteDFA] = field(repr=False)
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    regex: str | None = None
+    relaxed: list[str] = field(default_factory=list)
+
+    def __getstate__(self) -> dict:
+        names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
+                 "relaxed", "lexer", "_roots")  # the last two: what precompute() stored
+        return {n: self.__dict__[n] for n in names if n in self.__dict__}
+
+    def precompute(self, max_stacks: int = 256) -> None:
+        """Grow the lexer over the parser stacks reachable in a breadth-first walk of up to
+        max_stacks stacks, then store every lexer state's root expansion (the stack-independent
+        part of every mask), so matchers rarely walk the trie."""
+        seen, todo = {self.parser.initial}, [self.parser.initial]
+        while todo and len(seen) < max_stacks:
+            stack = todo.pop(0)
+            self.start_of(stack)
+            for term in self.parser.acceptable(stack) - self.spec.ignore:
+                nxt = self.step(stack, term)
+                if nxt not in seen and len(seen) < max_stacks:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        for lex in range(len(self.lexer.keys)):
+            self.root(lex)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def matcher(self) -> "CfgMatcher":
+        return CfgMatcher(self)
+
+    # ---- parser and lexer ---------------------------------------------------------------------
+    @cached_property
+    def parser(self) -> LalrParser:
+        return LalrParser(self.spec)
+
+    @cached_property
+    def lexer(self) -> Lexer:
+        return Lexer(self.spec, self.terminal_dfas)
+
+    @cached_property
+    def _starts(self) -> dict[Stack, int]:
+        return {}
+
+    def start_of(self, stack: Stack) -> int:
+        """The lexer's start state for the terminals this stack can take (and the ignored)."""
+        start = self._starts.get(stack)
+        if start is None:
+            if len(self._starts) > MAX_CACHED_MASKS:
+                self._starts.clear()
+            candidates = self.parser.acceptable(stack) | self.spec.ignore
+            start = self._starts[stack] = self.lexer.start(candidates)
+        return start
+
+    def step(self, stack: Stack, terminal: int) -> Stack | None:
+        """The stack after an emitted terminal (ignored ones leave it as it is)."""
+        if terminal in self.spec.ignore:
+            return stack
+        return self.parser.feed(stack, self.spec.terminals[terminal].name)
+
+    def fresh(self, stack: Stack) -> CfgState:
+        return CfgState(stack, self.start_of(stack))
+
+    @cached_property
+    def initial(self) -> CfgState:
+        return self.fresh(self.parser.initial)
+
+    def settle(self, state: CfgState) -> CfgState | None:
+        """Emit a complete lexeme that cannot grow (None: the parser refuses it)."""
+        term = self.lexer.accept[state.lex]
+        if term < 0 or self.lexer.live(state.lex):
+            return state
+        stack = self.step(state.stack, term)
+        return None if stack is None else self.fresh(stack)
+
+    def advance(self, state: CfgState, data: bytes) -> CfgState | None:
+        """The state after reading `data`, or None if some byte is not allowed."""
+        stack, s, lexer = state.stack, state.lex, self.lexer
+        for b in data:
+            nxt = lexer.step(s, b)
+            if nxt < 0:
+                term = lexer.accept[s]
+                stack = self.step(stack, term) if term >= 0 else None
+                if stack is None:
+                    return None
+                nxt = lexer.step(self.start_of(stack), b)
+                if nxt < 0:
+                    return None
+            s = nxt
+        return self.settle(CfgState(stack, s))
+
+    def accepts_eos(self, state: CfgState) -> bool:
+        if self.lexer.is_start(state.lex):
+            return self.parser.accepts_end(state.stack)
+        term = self.lexer.accept[state.lex]
+        stack = self.step(state.stack, term) if term >= 0 else None
+        return stack is not None and self.parser.accepts_end(stack)
+
+    # ---- masks --------------------------------------------------------------------------------
+    @cached_property
+    def store(self) -> MaskStore:
+        return MaskStore(self.trie, self.vocab_size)
+
+    @cached_property
+    def _roots(self) -> dict[int, Expansion]:
+        return {}
+
+    @cached_property
+    def _masks(self) -> dict[CfgState, CfgMask]:
+        return {}
+
+    @cached_property
+    def _words(self) -> dict[CfgState, np.ndarray]:
+        return {}
+
+    def root(self, lex: int) -> Expansion:
+        exp = self._roots.get(lex)
+        if exp is None:
+            exp = self._roots[lex] = self.store.root(*self.lexer.arrays(), lex)
+        return exp
+
+    def words(self, state: CfgState) -> np.ndarray:
+        """uint32 [W]: the real tokens allowed in `state` (no EOS)."""
+        words = self._words.get(state)
+        if words is None:
+            if len(self._words) > MAX_CACHED_MASKS:
+                self._words.clear()
+            words = self._words[state] = self._build_words(state)
+        return words
+
+    def _build_words(self, state: CfgState) -> np.ndarray:
+        exp = self.root(state.lex)
+        words = exp.inside.copy()
+        if exp.dying_first is not None:
+            after = self.step(state.stack, self.lexer.accept[state.lex])
+            if after is not None:
+                words |= self.words(self.fresh(after)) & exp.dying_first
+        self._add_crossings(exp, state.stack, words)
+        return words
+
+    def _add_crossings(self, exp: Expansion, stack: Stack, words: np.ndarray) -> None:
+        for term, roots in exp.crossings.items():
+            after = self.step(stack, term)
+            if after is None:
+                continue
+            start = self.start_of(after)
+            child = exp.children.get((term, start))
+            if child is None:
+                child = exp.children[(term, start)] = self.store.subtrees(
+                    *self.lexer.arrays(), start, roots)
+            words |= child.inside
+            self._add_crossings(child, after, words)
+
+    def mask(self, state: CfgState) -> CfgMask:
+        mask = self._masks.get(state)
+        if mask is None:
+            if len(self._masks) > MAX_CACHED_MASKS:
+                self._masks.clear()
+            mask = self._masks[state] = self._build_mask(state)
+        return mask
+
+    def _build_mask(self, state: CfgState) -> CfgMask:
+        words = self.words(state).copy()
+        accepting = self.accepts_eos(state)
+        only_eos = accepting and not words.any()
+        if accepting:
+            ids = self._eos_array
+            np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return CfgMask(torch.from_numpy(words.view(np.int32)), accepting, only_eos)
+
+    @cached_property
+    def _eos_array(self) -> np.ndarray:
+        return np.array(sorted(i for i in self.eos_token_ids if i < self.vocab_size),
+                        dtype=np.int64)
+
+    @cached_property
+    def eos_row(self) -> torch.Tensor:
+        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        ids = self._eos_array
+        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return torch.from_numpy(words.view(np.int32))
+
+    # ---- steering to completion ------------------------------------------------------------
+    @cached_property
+    def terminal_spellings(self) -> list[bytes | None]:
+        return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
+
+    @cached_property
+    def _completions(self) -> dict[CfgState, bytes | None]:
+        return {}
+
+    def completion(self, state: CfgState) -> bytes | None:
+        """Short bytes that complete `state` (cfg_complete), cached per state."""
+        if state not in self._completions:
+            if len(self._completions) > MAX_CACHED_MASKS:
+                self._completions.clear()
+            self._completions[state] = shortest_completion(self, state)
+        return self._completions[state]
+
+    def budget_row(self, state: CfgState, budget: int) -> torch.Tensor:
+        """The state's row, or, once the shortest completion (plus STEER_MARGIN bytes, one byte
+        per token at worst) no longer fits in `budget` tokens, only the tokens that start that
+        completion (and EOS where allowed)."""
+        full = self.mask(state)
+        if budget >= STEER_FROM:
+            return full.row
+        path = self.completion(state)
+        if path is None or len(path) + STEER_MARGIN <= budget:
+            return full.row
+        ids = prefix_tokens(self, path)
+        if not len(ids) and not full.accepting:
+            return full.row
+        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        if full.accepting:
+            ids = np.concatenate([ids, self._eos_array])
+        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return torch.from_numpy(words.view(np.int32))
+
+    def token_data(self, token_id: int) -> bytes | None:
+        t = self.trie
+        if not 0 <= token_id < min(self.vocab_size, t.size) or t.token_node[token_id] < 0:
+            return None
+        return t.token_bytes(token_id)
+
+
+class CfgMatcher:
+    """One sequence's walk; `_states` holds the initial state and the state after each accepted
+    token (TERMINATED after EOS), so rollback is a pop."""
+
+    def __init__(self, grammar: CfgGrammar):
+        self.grammar = grammar
+        self._states = [grammar.initial]
+
+    @property
+    def state(self) -> CfgState:
+        return self._states[-1]
+
+    def accept_token(self, token_id: int) -> bool:
+        state = self._states[-1]
+        if state is TERMINATED:
+            return False
+        if token_id in self.grammar.eos_token_ids:
+            nxt = TERMINATED if self.grammar.accepts_eos(state) else None
+        else:
+            data = self.grammar.token_data(token_id)
+            nxt = None if data is None else self.grammar.advance(state, data)
+        if nxt is None:
+            return False
+        self._carry_completion(state, nxt, token_id)
+        self._states.append(nxt)
+        return True
+
+    def _carry_completion(self, state: CfgState, nxt: CfgState, token_id: int) -> None:
+        """A token that starts the known completion leaves the rest as the next one."""
+        done = self.grammar._completions
+        path, data = done.get(state), self.grammar.token_data(token_id)
+        if path and data and nxt is not TERMINATED and nxt not in done and path.startswith(data):
+            done[nxt] = path[len(data):]
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
+                                budget: int | None = None) -> None:
+        """Write the allowed next tokens into bitmask[row]. budget: the tokens the sequence may
+        still emit after this one; near it, only tokens that head for a completion (budget_row:
+        a heuristic, unlike the regex Matcher's exact budget rows)."""
+        state = self._states[-1]
+        if state is TERMINATED:
+            words = self.grammar.eos_row
+        elif budget is not None:
+            words = self.grammar.budget_row(state, budget)
+        else:
+            words = self.grammar.mask(state).row
+        if bitmask.shape[-1] != words.shape[0]:
+            raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
+                             f"vocab_size {self.grammar.vocab_size} needs {words.shape[0]}")
+        bitmask[row].copy_(words)
+
+    def distance_to_complete(self) -> int:
+        """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""
+        state = self._states[-1]
+        path = None if state is TERMINATED else self.grammar.completion(state)
+        return len(path) if path else 0
+
+    def is_terminated(self) -> bool:
+        state = self._states[-1]
+        return state is TERMINATED or self.grammar.mask(state).only_eos
+
+    def rollback(self, num_tokens: int) -> None:
+        if not 0 <= num_tokens < len(self._states):
+            raise ValueError(f"cannot roll back {num_tokens} tokens: "
+                             f"{len(self._states) - 1} accepted")
+        if num_tokens:
+            del self._states[-num_tokens:]

@@ -1,0 +1,100 @@
+"""Shortest completions of a CfgGrammar state, for steering a sequence to finish within its token
+budget (CfgMatcher.fill_next_token_bitmask(budget=...)).
+
+A uniform-cost search over matcher states: from a state, append the shortest spelling of a
+terminal (optionally after the shortest ignored text, where adjacent lexemes would merge) or the
+shortest end of the current lexeme, and read it with CfgGrammar.advance, so every path is text
+the matcher accepts; the first state that accepts EOS ends the search. Stacks more than
+MAX_DEEPER states deeper than the start are not explored (a completion closes what is open; it
+rarely needs to open much), and the search gives up after MAX_NODES states.
+"""
+import heapq
+import numpy as np
+
+from gdserve.grammar.token_index import ByteDFA
+
+MAX_NODES = 3000
+MAX_DEEPER = 3
+
+
+def _printable_first(options: list[int]) -> list[int]:
+    return sorted(options, key=lambda b: (not 32 < b < 127, b))
+
+
+def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
+    """The shortest bytes from `start` to an accepting state (printable bytes preferred)."""
+    reps = {}
+    for b in _printable_first(list(range(256))):
+        reps.setdefault(int(dfa.classes[b]), b)
+    prev, todo = {start: None}, [start]
+    while todo:
+        nxt_todo = []
+        for s in todo:
+            if dfa.final[s]:
+                out = bytearray()
+                while prev[s] is not None:
+                    s, b = prev[s]
+                    out.append(b)
+                return bytes(reversed(out))
+            for c, b in reps.items():
+                n = int(dfa.trans[s, c])
+                if n != dfa.dead and n not in prev:
+                    prev[n] = (s, b)
+                    nxt_todo.append(n)
+        todo = nxt_todo
+    return None
+
+
+def shortest_completion(grammar, state) -> bytes | None:
+    """Bytes that take `state` to one where EOS is allowed, or None if none was found."""
+    spells = grammar.terminal_spellings
+    ignore = [spells[t] for t in grammar.spec.ignore if spells[t]]
+    sep = min(ignore, key=len) if ignore else None
+    depth = len(state.stack)
+    heap, seen, count = [(0, 0, state, b"")], {state}, 0
+    while heap and count < MAX_NODES:
+        cost, _, cur, path = heapq.heappop(heap)
+        if grammar.accepts_eos(cur):
+            return path
+        for piece in _pieces(grammar, cur, spells, sep):
+            nxt = grammar.advance(cur, piece)
+            if nxt is None or nxt in seen or len(nxt.stack) > depth + MAX_DEEPER:
+                continue
+            seen.add(nxt)
+            count += 1
+            heapq.heappush(heap, (cost + len(piece), count, nxt, path + piece))
+    return None
+
+
+def _pieces(grammar, cur, spells: list, sep: bytes | None) -> list[bytes]:
+    """Text to try after `cur`: the end of an unfinished lexeme, or the next terminals (those the
+    parser takes once a complete pending lexeme is emitted)."""
+    stack = cur.stack
+    if not grammar.lexer.is_start(cur.lex):
+        term = grammar.lexer.accept[cur.lex]
+        if term < 0:
+            end = shortest_spelling(grammar.lexer.arrays()[0], cur.lex)
+            return [end] if end else []
+        stack = grammar.step(stack, term)
+    out = []
+    for term in grammar.parser.acceptable(stack) - grammar.spec.ignore:
+        if spells[term]:
+            out.append(spells[term])
+            if sep:
+                out.append(sep + spells[term])
+    return out
+
+
+def prefix_tokens(grammar, data: bytes) -> np.ndarray:
+    """Token ids (below vocab_size) whose bytes are a non-empty prefix of `data`."""
+    t = grammar.trie
+    ids, node = [], -1
+    for b in data:
+        child, end = node + 1, (int(t.skip[node]) if node >= 0 else len(t.byte))
+        while child < end and t.byte[child] != b:
+            child = int(t.skip[child])  # next sibling
+        if child >= end:
+            break
+        node = child
+        ids.extend(t.tok_ids[t.tok_ptr[node]:t.tok_ptr[node + 1]].tolist())
+    return np.array([i for i in ids if i < grammar.vocab_size], dtype=np.int64)

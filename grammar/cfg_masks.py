@@ -1,0 +1,124 @@
+"""The token mask store of a context-free grammar: per (lexer, lexer state), which tokens stay
+inside the current lexeme and which end it and go on into the next one; independent of the parser.
+
+A token is read byte by byte from the lexer state. Walking the token trie through the lexer DFA
+(token_index's C walk) splits the vocabulary at once into:
+- inside: every byte keeps the lexeme alive (allowed whatever the parser stack);
+- crossing: the trie node where the lexeme dies has a parent in an accepting state, so the
+  lexeme's terminal T is emitted there and the token's rest starts a new lexeme: the node's whole
+  subtree (every token through it) continues from the next lexer's start. Grouped by T.
+- the rest: a byte kills a lexeme that is not complete. Never allowed.
+A lexer state that is itself accepting makes every token whose first byte it cannot take a
+crossing at depth 0: those are `dying_first` (tokens by first byte), and at run time they are the
+next lexeme's start mask ANDed with it.
+Crossing subtrees are walked the same way from the next lexer's start (an Expansion per
+(parent expansion, T, next lexer)), which finds nested crossings (`"},{"`). Only the parser steps
+depend on the stack; the matcher applies them (cfg.CfgGrammar.mask).
+"""
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_library
+
+
+@dataclass(eq=False)
+class Expansion:
+    inside: np.ndarray                                  # uint32 [W]: tokens that stay inside
+    crossings: dict[int, np.ndarray]                    # terminal id -> trie nodes starting a lexeme
+    dying_first: np.ndarray | None = None               # uint32 [W] (root level, accepting state)
+    children: dict = field(default_factory=dict)        # (terminal id, lexer id) -> Expansion
+
+
+@dataclass(eq=False)
+class MaskStore:
+    trie: TokenTrie
+    vocab_size: int
+
+    @property
+    def width(self) -> int:
+        return (self.vocab_size + 31) // 32
+
+    @cached_property
+    def _first_byte_words(self) -> np.ndarray:
+        """uint32 [256, W]: the tokens (below vocab_size) whose first byte is b."""
+        t = self.trie
+        out = np.zeros((256, self.width), dtype=np.uint32)
+        for node in np.flatnonzero(t.depth == 1).tolist():
+            ids = t.tok_ids[t.tok_ptr[node]:t.tok_ptr[t.skip[node]]]
+            _set_bits(out[t.byte[node]], ids[ids < self.vocab_size])
+        return out
+
+    def root(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> Expansion:
+        """The whole vocabulary read from `state` (one trie walk)."""
+        t = self.trie
+        index = TokenIndex(dfa, t)
+        words = np.zeros(self.width, dtype=np.uint32)
+        node_state = np.full(len(t.byte), dfa.dead, dtype=np.int32)
+        lib = mask_library()
+        if lib is not None:
+            index._walk_native(lib, state, self.vocab_size, words, node_state)
+        else:
+            node_state = index._node_states(state)
+            ids = np.flatnonzero(index.next_states(state)[:self.vocab_size] != dfa.dead)
+            _set_bits(words, ids)
+        exp = Expansion(words, self._crossings(dfa, accept, node_state))
+        if accept[state] >= 0:
+            dying = np.flatnonzero(dfa.trans[state, dfa.classes] == dfa.dead)
+            exp.dying_first = np.bitwise_or.reduce(self._first_byte_words[dying], axis=0) \
+                if len(dying) else np.zeros(self.width, dtype=np.uint32)
+        return exp
+
+    def _crossings(self, dfa: ByteDFA, accept: np.ndarray,
+                   node_state: np.ndarray) -> dict[int, np.ndarray]:
+        t, dead = self.trie, dfa.dead
+        nodes = np.flatnonzero((node_state == dead) & (t.depth > 1))
+        parents = t.parent[nodes]
+        parent_state = node_state[parents]
+        emitted = accept[parent_state]
+        keep = (parent_state != dead) & (emitted >= 0)
+        nodes, emitted = nodes[keep], emitted[keep]
+        return {int(term): nodes[emitted == term] for term in np.unique(emitted)}
+
+    def subtrees(self, dfa: ByteDFA, accept: np.ndarray, start: int,
+                  roots: np.ndarray) -> Expansion:
+        """The tokens through `roots` read from `start`, each root's byte first: the subtrees'
+        nodes walked level by level (numpy), as token_index's numpy walk."""
+        t = self.trie
+        sizes = t.skip[roots] - roots
+        offsets = np.cumsum(sizes) - sizes               # where each subtree starts in `nodes`
+        shift = np.repeat(offsets - roots, sizes)        # node id -> position in `nodes`
+        nodes = np.arange(sizes.sum()) - shift
+        rel = t.depth[nodes] - np.repeat(t.depth[roots], sizes)
+        local_parent = t.parent[nodes] + shift           # meaningless at the roots (rel 0)
+        cls = dfa.classes[t.byte[nodes]]
+        state = np.full(len(nodes), dfa.dead, dtype=np.int32)
+        for level in range(int(rel.max()) + 1 if len(nodes) else 0):
+            at = np.flatnonzero(rel == level)
+            prev = start if level == 0 else state[local_parent[at]]
+            state[at] = dfa.trans[prev, cls[at]]
+            if not (state[at] != dfa.dead).any():
+                break
+        alive = state != dfa.dead
+        words = np.zeros(self.width, dtype=np.uint32)
+        _set_bits(words, self._tokens_at(nodes[alive]))
+        dying = np.flatnonzero(~alive & (rel > 0))
+        prev = state[local_parent[dying]]
+        emitted = np.where(prev != dfa.dead, accept[prev], -1)
+        keep = emitted >= 0
+        dying, emitted = nodes[dying[keep]].astype(np.int32), emitted[keep]
+        return Expansion(words, {int(k): dying[emitted == k] for k in np.unique(emitted)})
+
+    def _tokens_at(self, nodes: np.ndarray) -> np.ndarray:
+        """The token ids (below vocab_size) that end at `nodes`."""
+        t = self.trie
+        lo, hi = t.tok_ptr[nodes], t.tok_ptr[nodes + 1]
+        counts = hi - lo
+        ids = t.tok_ids[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())]
+        return ids[ids < self.vocab_size]
+
+
+def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
+    ids = ids.astype(np.int64)
+    np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))

@@ -1,0 +1,48 @@
+"""guided_grammar over HTTP (the OpenAI server with the default model): a built-in grammar and an
+inline Lark grammar come back in their language; a bad grammar is a 400 naming the field."""
+import json
+import urllib.error
+import urllib.request
+
+import lark
+import pytest
+
+from gdserve.grammar.lark_spec import load_grammar_text
+from tests.entrypoints.openai.conftest import start_server, stop_server
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_dir, tmp_path_factory):
+    proc, server = start_server(smollm2_dir, tmp_path_factory.mktemp("logs") / "cfg.log",
+                                "--kv-cache-memory", str(256 << 20), "--max-model-len", "1024",
+                                "--grammar-compile-timeout-s", "60", served_name="smollm2")
+    yield server
+    stop_server(proc)
+
+
+def chat(server, **extra) -> tuple[int, dict]:
+    body = {"model": "smollm2", "max_tokens": 40, "temperature": 0,
+            "messages": [{"role": "user", "content": "Write a sum of three numbers."}], **extra}
+    request = urllib.request.Request(f"{server.url}/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_guided_grammar_over_http(server):
+    status, out = chat(server, guided_grammar="builtin:arithmetic")
+    assert status == 200, out
+    choice = out["choices"][0]
+    if choice["finish_reason"] == "stop":
+        lark.Lark(load_grammar_text("builtin:arithmetic"), parser="lalr").parse(
+            choice["message"]["content"])
+    status, out = chat(server, structured_outputs={"grammar": 'start: NUMBER ("+" NUMBER)*\n'
+                                                              'NUMBER: /[0-9]+/'})
+    assert status == 200, out
+    assert all(p.isdigit() for p in out["choices"][0]["message"]["content"].split("+")), out
+    status, out = chat(server, guided_grammar="start: 'a'")
+    assert status == 400 and out["error"]["param"] == "guided_grammar", out
+    assert "invalid Lark grammar" in out["error"]["message"], out
