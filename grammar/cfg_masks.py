@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_library
+from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie
 
 
 @dataclass(eq=False)
@@ -54,15 +54,7 @@ class MaskStore:
         """The whole vocabulary read from `state` (one trie walk)."""
         t = self.trie
         index = TokenIndex(dfa, t)
-        words = np.zeros(self.width, dtype=np.uint32)
-        node_state = np.full(len(t.byte), dfa.dead, dtype=np.int32)
-        lib = mask_library()
-        if lib is not None:
-            index._walk_native(lib, state, self.vocab_size, words, node_state)
-        else:
-            node_state = index._node_states(state)
-            ids = np.flatnonzero(index.next_states(state)[:self.vocab_size] != dfa.dead)
-            _set_bits(words, ids)
+        words, node_state = index.walk(state, self.vocab_size)
         exp = Expansion(words, self._crossings(dfa, accept, node_state))
         if accept[state] >= 0:
             dying = np.flatnonzero(dfa.trans[state, dfa.classes] == dfa.dead)

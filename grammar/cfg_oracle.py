@@ -136,7 +136,7 @@ def oracle_walk(grammar, oracle: LarkOracle, guides: list[list[int]], rng, steps
     import numpy as np
     from gdserve.grammar import allocate_token_bitmask
     report, bitmask = WalkReport(), allocate_token_bitmask(1, grammar.vocab_size)
-    eos, trie = min(grammar.eos_token_ids), grammar.trie
+    eos = min(grammar.eos_token_ids)
     real = np.array([t for t in range(grammar.vocab_size) if grammar.token_data(t)])
     first = {}
     for t in real.tolist():

@@ -229,6 +229,21 @@ class TokenIndex:
         count = self._walk_native(lib, state, vocab_size, words, None)
         return words, count
 
+    def walk(self, state: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """One walk of the trie from `state`: (uint32 packed allowed tokens below vocab_size,
+        int32 [N] each trie node's DFA state, dead where the walk died or never went)."""
+        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        lib = mask_library()
+        if lib is not None:
+            node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
+            self._walk_native(lib, state, vocab_size, words, node_state)
+            return words, node_state
+        node_state = self._node_states(state)
+        node = self.trie.token_node[:vocab_size]
+        ids = np.flatnonzero((node >= 0) & (node_state[node] != self.dfa.dead))
+        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return words, node_state
+
     def next_states(self, state: int) -> np.ndarray:
         """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes
         are dead)."""
