@@ -20,6 +20,7 @@ from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
 from gdserve.grammar.cfg_parser import LalrParser, Stack
 from gdserve.grammar.lark_spec import CfgSpec
+from gdserve.grammar.matcher import write_row
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
 from gdserve.kernels.bitmask import bitmask_width
 
@@ -323,10 +324,7 @@ class CfgMatcher:
             words = self.grammar.budget_row(state, budget)
         else:
             words = self.grammar.mask(state).row
-        if bitmask.shape[-1] != words.shape[0]:
-            raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
-                             f"vocab_size {self.grammar.vocab_size} needs {words.shape[0]}")
-        bitmask[row].copy_(words)
+        write_row(bitmask, row, words, self.grammar.vocab_size)
 
     def distance_to_complete(self) -> int:
         """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""

@@ -140,6 +140,14 @@ class Grammar:
         return torch.from_numpy(words.view(np.int32))
 
 
+def write_row(bitmask: torch.Tensor, row: int, words: torch.Tensor, vocab_size: int) -> None:
+    """Copy one packed mask row into bitmask[row], checking the widths agree."""
+    if bitmask.shape[-1] != words.shape[0]:
+        raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
+                         f"vocab_size {vocab_size} needs {words.shape[0]}")
+    bitmask[row].copy_(words)
+
+
 class Matcher:
     """One sequence's walk through a Grammar. `_states` holds the initial state, then the state
     after each accepted token (TERMINATED after EOS), so rollback is a pop."""
@@ -174,10 +182,7 @@ class Matcher:
             words = self.grammar.budget_row(state, budget)
         else:
             words = self.grammar.state_mask(state).row
-        if bitmask.shape[-1] != words.shape[0]:
-            raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
-                             f"vocab_size {self.grammar.vocab_size} needs {words.shape[0]}")
-        bitmask[row].copy_(words)
+        write_row(bitmask, row, words, self.grammar.vocab_size)
 
     def distance_to_complete(self) -> int:
         """Bytes still needed, at the fewest, to complete the constraint: an upper bound on the
