@@ -88,3 +88,11 @@ def run_prefill_and_decode(model: LlamaForCausalLM, token_ids: list[int], prompt
 def hf_logits(hf_model, token_ids: list[int]) -> torch.Tensor:
     """HF's full-sequence logits [L, V]; causal, so row i is the logits for the prefix [:i + 1]."""
     return hf_model(torch.tensor([token_ids])).logits[0].float()
+
+
+def chat_ids(llm, text: str) -> dict:
+    """A one-turn chat prompt through the model's template, as prompt token ids for LLM.generate."""
+    tok = llm.get_tokenizer()
+    prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                     add_generation_prompt=True)
+    return {"prompt_token_ids": tok.encode(prompt, add_special_tokens=False)}

@@ -11,6 +11,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.grammar import GrammarError
 from gdserve.sampling_params import GuidedDecodingParams
 from tests.engine.test_llm import assert_no_leaks
+from tests.helpers import chat_ids
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 SCHEMA_FILES = sorted(SCHEMAS_DIR.glob("*.json"))
@@ -26,13 +27,6 @@ def llm(smollm2_dir):
     llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=512 << 20)
     yield llm
     llm.engine.close()
-
-
-def chat_ids(llm, text: str) -> dict:
-    tok = llm.get_tokenizer()
-    prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                     add_generation_prompt=True)
-    return {"prompt_token_ids": tok.encode(prompt, add_special_tokens=False)}
 
 
 def json_params(schema, max_tokens=384, **kw) -> SamplingParams:

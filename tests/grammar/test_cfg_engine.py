@@ -8,6 +8,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.grammar.cfg_oracle import LarkOracle
 from gdserve.grammar.lark_spec import load_grammar_text
 from gdserve.sampling_params import GuidedDecodingParams
+from tests.helpers import chat_ids
 
 PROMPTS = {
     "json": ["Describe a cat as a JSON object.", "List three colors as a JSON array."],
@@ -24,13 +25,6 @@ def llm(smollm2_dir):
     llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20)
     yield llm
     llm.engine.close()
-
-
-def chat_ids(llm, text: str) -> dict:
-    tok = llm.get_tokenizer()
-    prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                     add_generation_prompt=True)
-    return {"prompt_token_ids": tok.encode(prompt, add_special_tokens=False)}
 
 
 def test_builtin_grammar_generations_parse(llm):

@@ -5,19 +5,8 @@ import urllib.error
 import urllib.request
 
 import lark
-import pytest
 
 from gdserve.grammar.lark_spec import load_grammar_text
-from tests.entrypoints.openai.conftest import start_server, stop_server
-
-
-@pytest.fixture(scope="module")
-def server(smollm2_dir, tmp_path_factory):
-    proc, server = start_server(smollm2_dir, tmp_path_factory.mktemp("logs") / "cfg.log",
-                                "--kv-cache-memory", str(256 << 20), "--max-model-len", "1024",
-                                "--grammar-compile-timeout-s", "60", served_name="smollm2")
-    yield server
-    stop_server(proc)
 
 
 def chat(server, **extra) -> tuple[int, dict]:
@@ -32,7 +21,8 @@ def chat(server, **extra) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def test_guided_grammar_over_http(server):
+def test_guided_grammar_over_http(smollm2_server):
+    server = smollm2_server
     status, out = chat(server, guided_grammar="builtin:arithmetic")
     assert status == 200, out
     choice = out["choices"][0]
