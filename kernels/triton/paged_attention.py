@@ -22,6 +22,24 @@ def _load_kv_tile(cache_ptr, table_row_ptr, tok, valid, kv_head, stride_b, strid
 
 
 @triton.jit
+def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr, stride_cb, stride_ct,
+                 stride_ch, scale_log2, m, l, acc, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 DOT_PRECISION: tl.constexpr):
+    """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc)."""
+    k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                      PAGE, HEAD_DIM)
+    s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    s = tl.where(s_mask, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
+                      PAGE, HEAD_DIM)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l * alpha + tl.sum(p, 1), acc
+
+
+@triton.jit
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, out_ptr,
                    part_out_ptr, part_lse_ptr, scale_log2, partition_size,
                    stride_qs, stride_qh, stride_os, stride_oh, stride_tab,
@@ -47,18 +65,9 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
         for n0 in range(start, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
-            k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                              PAGE, HEAD_DIM)
-            s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
-            s = tl.where(valid[None, :], s, float("-inf"))          # [GROUP_PAD, BLOCK_N]
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                              PAGE, HEAD_DIM)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            l = l * alpha + tl.sum(p, 1)
-            m = m_new
+            m, l, acc = _attend_tile(q, valid[None, :], table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr,
+                                     stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
+                                     PAGE, HEAD_DIM, DOT_PRECISION)
         out = acc / l[:, None]
         if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
             part = (seq * (GROUP * tl.num_programs(1)) + heads) * max_splits + split
@@ -117,19 +126,10 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         for n0 in range(0, end, BLOCK_N):  # tile 0 holds key 0, which every row sees: m is finite after it
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
-            k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                              PAGE, HEAD_DIM)
-            s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
             causal = tok[None, :] <= context + rows[:, None]
-            s = tl.where(causal & valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                              PAGE, HEAD_DIM)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            l = l * alpha + tl.sum(p, 1)
-            m = m_new
+            m, l, acc = _attend_tile(q, causal & valid[None, :], table_row, tok, valid, kv_head, k_cache_ptr,
+                                     v_cache_ptr, stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
+                                     PAGE, HEAD_DIM, DOT_PRECISION)
         out = acc / l[:, None]
         tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
