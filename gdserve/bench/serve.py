@@ -48,39 +48,48 @@ def build_requests(args: argparse.Namespace) -> list[dict]:
     return requests
 
 
-async def send(client, model: str, request: dict) -> RequestResult:
+async def send(session, url: str, model: str, request: dict) -> RequestResult:
+    """One streamed completion, read as raw SSE lines (as vLLM's benchmark does): the client shares
+    the server's cores here, so it must cost little per chunk."""
     result = RequestResult(len(request["prompt_ids"]))
+    body = {"model": model, "prompt": request["prompt_ids"], "max_tokens": request["max_tokens"],
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     start = last = time.perf_counter()
     try:
-        stream = await client.completions.create(
-            model=model, prompt=request["prompt_ids"], max_tokens=request["max_tokens"], temperature=0.0,
-            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
-        async for chunk in stream:
-            now = time.perf_counter()
-            if chunk.choices and chunk.choices[0].text:
-                if result.ttft == 0.0:
-                    result.ttft = now - start
-                else:
-                    result.itl.append(now - last)
-                last = now
-            if chunk.usage is not None:
-                result.output_len = chunk.usage.completion_tokens
+        async with session.post(url, json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
+            async for line in response.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                now = time.perf_counter()
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"].get("message", chunk["error"]))
+                if chunk["choices"] and chunk["choices"][0]["text"]:
+                    if result.ttft == 0.0:
+                        result.ttft = now - start
+                    else:
+                        result.itl.append(now - last)
+                    last = now
+                if chunk.get("usage"):
+                    result.output_len = chunk["usage"]["completion_tokens"]
         result.latency = last - start
     except Exception as e:  # noqa: BLE001  (a failed request is counted, not fatal)
         result.error = f"{type(e).__name__}: {e}"
     return result
 
 
-async def run_load(client, model: str, requests: list[dict], rate: float, max_concurrency: int | None,
+async def run_load(session, url: str, model: str, requests: list[dict], rate: float, max_concurrency: int | None,
                    seed: int) -> tuple[list[RequestResult], float]:
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     rng = random.Random(seed)
 
     async def limited(request: dict) -> RequestResult:
         if limit is None:
-            return await send(client, model, request)
+            return await send(session, url, model, request)
         async with limit:
-            return await send(client, model, request)
+            return await send(session, url, model, request)
 
     tasks = []
     start = time.perf_counter()
@@ -115,17 +124,31 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
 
 async def _bench(args: argparse.Namespace, requests: list[dict]) -> dict:
     try:
-        from openai import AsyncOpenAI
+        import aiohttp
     except ImportError:
-        raise ValueError("gdserve bench serve needs the openai package: pip install openai") from None
-    client = AsyncOpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=3600)
-    model = args.model or (await client.models.list()).data[0].id
-    warm = await send(client, model, {"prompt_ids": requests[0]["prompt_ids"], "max_tokens": 2})
-    if warm.error is not None:
-        raise ValueError(f"the warm-up request to {args.base_url} failed: {warm.error}")
-    results, duration = await run_load(client, model, requests, args.request_rate, args.max_concurrency, args.seed)
-    await client.close()
+        raise ValueError("gdserve bench serve needs the aiohttp package: pip install aiohttp") from None
+    base = args.base_url.rstrip("/")
+    headers = {"Authorization": f"Bearer {args.api_key}"}
+    timeout = aiohttp.ClientTimeout(total=6 * 3600)
+    connector = aiohttp.TCPConnector(limit=0)  # the semaphore, not the pool, bounds concurrency
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
+        model = args.model or await _first_model(session, base)
+        url = f"{base}/completions"
+        warm = await send(session, url, model, {"prompt_ids": requests[0]["prompt_ids"], "max_tokens": 2})
+        if warm.error is not None:
+            raise ValueError(f"the warm-up request to {url} failed: {warm.error}")
+        results, duration = await run_load(session, url, model, requests, args.request_rate,
+                                           args.max_concurrency, args.seed)
     return {"model": model, **summarize(results, duration)}
+
+
+async def _first_model(session, base: str) -> str:
+    try:
+        async with session.get(f"{base}/models") as response:
+            response.raise_for_status()
+            return (await response.json())["data"][0]["id"]
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"cannot list the models at {base}/models: {e}") from None
 
 
 def cmd_serve_bench(args: argparse.Namespace) -> None:
@@ -137,7 +160,7 @@ def cmd_serve_bench(args: argparse.Namespace) -> None:
               "workload": args.workload, "num_requests": len(requests),
               "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf",
               "max_concurrency": args.max_concurrency}
-    result |= asyncio.run(_bench(args, requests))
+    result |= _run_event_loop(_bench(args, requests))
     if offline is not None:
         result |= {"offline_output_throughput": offline,
                    "server_over_offline": result["output_throughput"] / offline}
@@ -146,6 +169,15 @@ def cmd_serve_bench(args: argparse.Namespace) -> None:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.output}", file=sys.stderr)
+
+
+def _run_event_loop(main):
+    """uvloop where installed (uvicorn[standard] brings it): the client shares the cores it measures."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def load_offline(path: Path, workload: str, num_requests: int) -> float:

@@ -1,7 +1,10 @@
 """AsyncLLM: one LLMEngine stepped by a background thread, driven from asyncio.
 
-The engine is owned by its loop thread: every call into it (add, abort, embed) goes through a
-thread-safe inbox of closures that the thread drains between steps. Outputs travel back to each
+The engine is owned by its loop thread, which also builds it: every call into it (add, abort, embed)
+goes through a thread-safe inbox of closures that the thread drains between steps. Only this thread
+runs torch ops: libgomp gives each thread that does its own OpenMP team, and once the teams hold more
+threads than there are cores, their workers stop spinning between ops (measured: a step 1.2-1.4x slower
+when the model was loaded on another thread than the one that steps it). Outputs travel back to each
 request's asyncio.Queue through `loop.call_soon_threadsafe`. torch releases the GIL inside its
 ops, so the event loop keeps serving HTTP while a step runs.
 """
@@ -27,22 +30,20 @@ class EngineDeadError(RuntimeError):
 
 
 class AsyncLLM:
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
-        self.tokenizer = engine.tokenizer
+    def __init__(self, config: EngineConfig):
+        """Load the engine on its own thread and start stepping it; a load error is raised here."""
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._compile_lock = threading.Lock()
         self._stopped = False
         self._num_active = 0  # generate() calls in flight, counted on the asyncio side
-        self.stats: EngineStats = engine.stats()
-        self._thread = threading.Thread(target=self._loop, name="gdserve-engine", daemon=True)
+        loaded: Future = Future()
+        self._thread = threading.Thread(target=self._run, args=(config, loaded), name="gdserve-engine", daemon=True)
         self._thread.start()
-
-    @classmethod
-    def from_config(cls, config: EngineConfig) -> "AsyncLLM":
-        return cls(LLMEngine(config))
+        self.engine: LLMEngine = loaded.result()
+        self.tokenizer = self.engine.tokenizer
+        self.stats: EngineStats = self.engine.stats()
 
     @property
     def num_active_requests(self) -> int:
@@ -124,6 +125,16 @@ class AsyncLLM:
         self.engine.close()
 
     # ---- the engine thread -----------------------------------------------------------------
+    def _run(self, config: EngineConfig, loaded: Future) -> None:
+        try:
+            engine = LLMEngine(config)
+        except BaseException as e:  # noqa: BLE001  (re-raised by __init__ on the caller's thread)
+            loaded.set_exception(e)
+            return
+        self.engine = engine
+        loaded.set_result(engine)
+        self._loop()
+
     def _loop(self) -> None:
         while not self._stopped:
             self._drain_inbox()

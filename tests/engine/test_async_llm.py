@@ -12,7 +12,7 @@ from gdserve.sampling_params import SamplingParams
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama_dir):
-    llm = AsyncLLM.from_config(EngineConfig(model=str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000))
+    llm = AsyncLLM(EngineConfig(model=str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000))
     yield llm
     llm.shutdown()
 
@@ -88,3 +88,8 @@ def test_embeddings_are_hf_mean_pooled_hidden_states(llm, tiny_llama_dir):
     torch.testing.assert_close(vec, torch.nn.functional.normalize(hidden.mean(0), dim=0), atol=1e-5, rtol=1e-4)
     assert abs(vec.norm().item() - 1) < 1e-5
     assert llm.engine.stats().num_used_blocks == 0
+
+
+def test_a_load_error_is_raised_by_the_constructor(tmp_path):
+    with pytest.raises(ValueError, match="unknown model"):
+        AsyncLLM(EngineConfig(model=str(tmp_path / "missing")))

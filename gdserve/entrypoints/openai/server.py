@@ -47,7 +47,7 @@ def _load(model: str, engine_kwargs: dict):
     ticker = threading.Thread(target=_tick, args=(done, start), daemon=True)
     ticker.start()
     try:
-        engine = AsyncLLM.from_config(EngineConfig(model=model, **engine_kwargs))
+        engine = AsyncLLM(EngineConfig(model=model, **engine_kwargs))
     finally:
         done.set()
     core = engine.engine
