@@ -8,22 +8,25 @@ from gdserve.utils import reject_unknown_fields
 @dataclass(kw_only=True)
 class GuidedDecodingParams:
     """Exactly one constraint: a JSON Schema (dict, JSON string or pydantic model class), a regex,
-    a list of choices, or a Lark grammar."""
+    a list of choices, a Lark grammar, or json_object=True (any JSON object)."""
     json: dict | str | type | None = None
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    json_object: bool | None = None
     whitespace_pattern: str | None = None   # json only: replaces the default bounded whitespace
     lenient: bool = False                   # json only: relax unsupported keywords (reported)
 
     def __post_init__(self) -> None:
         if isinstance(self.json, type) and hasattr(self.json, "model_json_schema"):
             self.json = self.json.model_json_schema()
+        if self.json_object is False:
+            self.json_object = None
         kinds = [k for k in _GUIDED_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"guided decoding takes exactly one of {', '.join(_GUIDED_KINDS)}; "
                              f"got {', '.join(kinds) if kinds else 'none'}")
-        if self.whitespace_pattern is not None and self.json is None:
+        if self.whitespace_pattern is not None and self.kind not in _JSON_KINDS:
             raise ValueError("whitespace_pattern applies to json constraints only")
 
     @property
@@ -35,10 +38,13 @@ class GuidedDecodingParams:
         return getattr(self, self.kind)
 
     def compile_options(self) -> dict:
-        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient} if self.kind == "json" else {}
+        if self.kind not in _JSON_KINDS:
+            return {}
+        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient}
 
 
-_GUIDED_KINDS = ("json", "regex", "choice", "grammar")
+_GUIDED_KINDS = ("json", "regex", "choice", "grammar", "json_object")
+_JSON_KINDS = ("json", "json_object")
 
 
 @reject_unknown_fields("sampling parameter")

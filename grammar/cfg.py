@@ -56,10 +56,13 @@ class CfgGrammar:
     eos_token_ids: frozenset[int]
     regex: str | None = None
     relaxed: list[str] = field(default_factory=list)
+    # Bytes one token may add to the shortest completion: steering starts this far ahead of it.
+    # Grammars whose one token can open a long structure (a recursive schema's `{`) raise it.
+    steer_margin: int = STEER_MARGIN
 
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
-                 "relaxed", "lexer", "_roots")  # the last two: what precompute() stored
+                 "relaxed", "steer_margin", "lexer", "_roots")  # the last two: what precompute() stored
         return {n: self.__dict__[n] for n in names if n in self.__dict__}
 
     def precompute(self, max_stacks: int = 256) -> None:
@@ -253,14 +256,14 @@ class CfgGrammar:
         return self._completions[state]
 
     def budget_row(self, state: CfgState, budget: int) -> torch.Tensor:
-        """The state's row, or, once the shortest completion (plus STEER_MARGIN bytes, one byte
+        """The state's row, or, once the shortest completion (plus steer_margin bytes, one byte
         per token at worst) no longer fits in `budget` tokens, only the tokens that start that
         completion (and EOS where allowed)."""
         full = self.mask(state)
-        if budget >= STEER_FROM:
+        if budget >= max(STEER_FROM, 2 * self.steer_margin):
             return full.row
         path = self.completion(state)
-        if path is None or len(path) + STEER_MARGIN <= budget:
+        if path is None or len(path) + self.steer_margin <= budget:
             return full.row
         ids = prefix_tokens(self, path)
         if not len(ids) and not full.accepting:

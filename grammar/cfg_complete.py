@@ -14,7 +14,7 @@ import numpy as np
 from gdserve.grammar.token_index import ByteDFA
 
 MAX_NODES = 3000
-MAX_DEEPER = 3
+MAX_DEEPER = 6
 
 
 def _printable_first(options: list[int]) -> list[int]:

@@ -1,8 +1,10 @@
 """Random sentences of a Lark grammar (tests and `gdserve bench grammar`): a random derivation that
 turns to the shortest expansions past a depth budget, each terminal spelled by a random walk of
 its byte DFA, ignored text (when the grammar has some) between terminals at random. A sentence is
-kept only if lark's own LALR parser accepts it (joined terminals can lex differently)."""
+kept only if `accept` takes it (default: lark's own LALR parser accepts it; joined terminals can lex
+differently)."""
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -15,6 +17,7 @@ from gdserve.grammar.token_index import ByteDFA
 class SentenceSampler:
     text: str                 # Lark source
     max_depth: int = 5
+    accept: Callable[[str], bool] | None = None
 
     @cached_property
     def _lark(self):
@@ -80,6 +83,8 @@ class SentenceSampler:
             state = int(dfa.trans[state, dfa.classes[b]])
 
     def parses(self, text: str) -> bool:
+        if self.accept is not None:
+            return self.accept(text)
         try:
             self._lark.parse(text)
             return True
@@ -87,7 +92,7 @@ class SentenceSampler:
             return False
 
     def sentence(self, rng: random.Random, tries: int = 50) -> str:
-        """A random sentence lark accepts (ValueError after `tries` rejected attempts)."""
+        """A random sentence that parses() (ValueError after `tries` rejected attempts)."""
         for attempt in range(tries):
             parts = []
             for term in self.terminals(rng):
@@ -96,8 +101,8 @@ class SentenceSampler:
                 parts.append(self.spell(rng, term))
             try:
                 text = b"".join(parts).decode()
-                self._lark.parse(text)
-                return text
-            except Exception:  # noqa: BLE001  (bad UTF-8 or a sentence that lexes otherwise)
+            except UnicodeDecodeError:
                 continue
+            if self.parses(text):
+                return text
         raise ValueError("no sentence found")

@@ -17,10 +17,11 @@ A compile also checks that some sequence of the vocabulary's tokens reaches an a
 """
 from typing import TYPE_CHECKING
 
-from gdserve.grammar.cfg import CfgGrammar
+from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
 from gdserve.grammar.cfg_lexer import terminal_dfa
-from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
 from gdserve.grammar.json_schema import schema_to_regex
+from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_lark
 from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
@@ -31,16 +32,18 @@ from gdserve.grammar.vocabulary import START_TEXT, TokenVocabulary, token_vocabu
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-KINDS = ("json", "regex", "choice", "grammar")
+KINDS = ("json", "regex", "choice", "grammar", "json_object")
 
 
 def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase", *,
                     whitespace_pattern: str | None = None, lenient: bool = False,
                     vocab_size: int | None = None,
                     eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
-    """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar") for `tokenizer`.
+    """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
+    `tokenizer`. A recursive JSON Schema, and json_object (any JSON object, spec ignored), take the
+    grammar path (json_schema_cfg); other JSON Schemas a regex.
 
-    whitespace_pattern, lenient: json only (see json_schema.schema_to_regex).
+    whitespace_pattern, lenient: json and json_object (see json_schema.schema_to_regex).
     vocab_size: the model's logits width (default len(tokenizer)); ids past the tokenizer are never
         allowed. eos_token_ids: EOS ids beyond the tokenizer's and generation_config's.
     Raises GrammarError.
@@ -58,8 +61,13 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if vocab_size < 1:
         raise GrammarError(f"vocab_size must be positive, got {vocab_size}")
     if kind == "grammar":
-        return compile_cfg(spec, vocab, vocab_size)
-    regex, relaxed = spec_to_regex(kind, spec, whitespace_pattern, lenient)
+        return compile_cfg(load_grammar_text(spec), vocab, vocab_size)
+    if kind == "json_object":
+        return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
+    try:
+        regex, relaxed = spec_to_regex(kind, spec, whitespace_pattern, lenient)
+    except RecursiveSchemaError:
+        return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     index = build_index(regex, vocab)
     initial_state = start_state(index.dfa)
@@ -81,17 +89,27 @@ def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None,
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
-def compile_cfg(spec: object, vocab: TokenVocabulary, vocab_size: int) -> CfgGrammar:
-    """A Lark / GBNF / builtin:NAME grammar -> CfgGrammar (the LALR path, see grammar/cfg.py);
-    its terminal DFAs and the first mask are built here, in the compile worker."""
-    cfg = lark_to_spec(load_grammar_text(spec))
+def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: str = "grammar",
+                relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN) -> CfgGrammar:
+    """Lark text -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
+    first mask are built here, in the compile worker."""
+    cfg = lark_to_spec(lark_text)
     dfas = [terminal_dfa(t) for t in cfg.terminals]
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
-    grammar = CfgGrammar("grammar", cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
-                         vocab_size, eos)
+    grammar = CfgGrammar(kind, cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
+                         vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin)
     grammar.precompute()
     grammar.mask(grammar.initial)
     return grammar
+
+
+def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
+                     whitespace_pattern: str | None, lenient: bool) -> CfgGrammar:
+    """A JSON Schema on the grammar path (recursive schemas, json_object)."""
+    compiled = schema_to_lark(schema, whitespace_pattern, lenient)
+    # one token may commit to an optional part's whole shortest text, maybe two nested (`[{`)
+    margin = STEER_MARGIN + 2 * compiled.max_open_bytes
+    return compile_cfg(compiled.lark, vocab, vocab_size, "json", compiled.relaxed, margin)
 
 
 def indexed_pattern(regex: str) -> str:

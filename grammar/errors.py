@@ -14,3 +14,8 @@ class GrammarError(ValueError):
     def __reduce__(self):
         # Picklable across the compile worker pool with its message intact.
         return (type(self), (self.message,))
+
+
+class RecursiveSchemaError(GrammarError):
+    """A JSON Schema whose $refs form a cycle: no regex can hold it (compile_grammar then takes
+    the grammar path, json_schema_cfg)."""

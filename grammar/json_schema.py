@@ -80,7 +80,7 @@ from __future__ import annotations
 import json
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from gdserve.grammar.errors import GrammarError
@@ -89,6 +89,7 @@ from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
+from gdserve.grammar.regex_tree import placeholder
 from gdserve.grammar.json_schema_norm import (
     _TYPES,
     Normalizer,
@@ -131,6 +132,8 @@ DEFAULT_WS_INLINE = r"[ \t]?"
 _STRING_SCHEMA = {"type": "string"}
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _INTEGER = r"(?:0|-?[1-9][0-9]*)"
+_ANY_STRING = f'"{CHAR}*"'
+JSON_VALUE_RULE = "json_value"
 
 
 @dataclass
@@ -151,7 +154,40 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
                         lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> JsonSchemaRegex:
     """Like schema_to_regex, with the list of narrowed bounds too. Raises GrammarError for an
     unsupported or unsatisfiable schema, and for a regex longer than max_regex_chars (a regex that
-    size takes outlines-core tens of seconds to index; such schemas want a grammar instead)."""
+    size takes outlines-core tens of seconds to index; such schemas want a grammar instead);
+    RecursiveSchemaError for a $ref cycle."""
+    schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
+    c = _Compiler(schema, ws_inline, ws_break, lenient)
+    rx = c.compile_root()
+    if len(rx) > max_regex_chars:
+        raise GrammarError(f"schema too large for the regex compiler: {len(rx)} regex characters "
+                           f"(limit {max_regex_chars})")
+    return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+
+
+@dataclass
+class JsonSchemaRules:
+    """The grammar path's form (json_schema_cfg): regexes with rule placeholders in them
+    (regex_tree.placeholder), for the root and for each rule."""
+    root: str
+    rules: dict[str, str]
+    relaxed: list[str]
+    narrowed: list[str]
+
+
+def compile_json_schema_rules(schema: dict | bool | str, whitespace_pattern: str | None = None,
+                              lenient: bool = False) -> JsonSchemaRules:
+    """compile_json_schema where a position reached again inside itself (a $ref cycle through an
+    object or array) becomes a rule, and unconstrained values are the exact `json_value` rule (any
+    JSON, any depth). Whitespace: the default breaks indent up to INDENT_MAX at any depth."""
+    schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
+    c = _Compiler(schema, ws_inline, ws_break or DEFAULT_WS_BREAK, lenient, rules=_Rules())
+    root = c.compile_root()
+    return JsonSchemaRules(root, c.rules.bodies, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+
+
+def _prepare(schema, whitespace_pattern: str | None) -> tuple[dict | bool, str, str | None]:
+    """(schema, inline whitespace, break whitespace or None for the depth-bounded default)."""
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)
@@ -159,22 +195,20 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
             raise GrammarError(f"schema is not valid JSON: {e}") from None
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"schema must be a JSON object or a boolean, not {type(schema).__name__}")
-    if whitespace_pattern is not None:
-        try:
-            re.compile(whitespace_pattern)
-        except re.error as e:
-            raise GrammarError(f"whitespace_pattern is not a valid regex: {e}") from None
-        ws_inline = ws_break = f"(?:{whitespace_pattern})"
-    else:
-        ws_inline, ws_break = DEFAULT_WS_INLINE, None
-    c = _Compiler(schema, ws_inline, ws_break, lenient)
-    rx = c.compile([_Sub(schema, "", frozenset())])
-    if rx is None:
-        raise GrammarError(c.unsat[0] if c.unsat else "schema is unsatisfiable: no JSON value matches it")
-    if len(rx) > max_regex_chars:
-        raise GrammarError(f"schema too large for the regex compiler: {len(rx)} regex characters "
-                           f"(limit {max_regex_chars})")
-    return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+    if whitespace_pattern is None:
+        return schema, DEFAULT_WS_INLINE, None
+    try:
+        re.compile(whitespace_pattern)
+    except re.error as e:
+        raise GrammarError(f"whitespace_pattern is not a valid regex: {e}") from None
+    return schema, f"(?:{whitespace_pattern})", f"(?:{whitespace_pattern})"
+
+
+@dataclass
+class _Rules:
+    bodies: dict[str, str] = field(default_factory=dict)  # rule name -> regex with placeholders
+    names: dict[tuple, str] = field(default_factory=dict)  # position key -> rule name
+    active: set[tuple] = field(default_factory=set)  # positions being compiled (a cycle's entry)
 
 
 def _frac_digits(d: Decimal) -> int:
@@ -197,8 +231,11 @@ def _num_literal(v) -> str:
 
 
 class _Compiler(Normalizer):
-    def __init__(self, root, ws_inline: str, ws_break: str, lenient: bool, parent: "_Compiler | None" = None):
+    def __init__(self, root, ws_inline: str, ws_break: str, lenient: bool, parent: "_Compiler | None" = None,
+                 rules: _Rules | None = None):
         super().__init__(root, lenient, parent)
+        self.rules = rules
+        self.rules_mode = rules is not None
         self.wsi = ws_inline
         self._wsb = ws_break  # None: the default, bounded by nesting depth
         self.depth = 0  # containers open around the value being compiled
@@ -208,7 +245,33 @@ class _Compiler(Normalizer):
 
     # ----------------------------------------------------------------------------- compiling
 
+    def compile_root(self) -> str:
+        rx = self.compile([_Sub(self.root, "", frozenset())])
+        if rx is None:
+            raise GrammarError(self.unsat[0] if self.unsat else "schema is unsatisfiable: no JSON value matches it")
+        return rx
+
     def compile(self, conj: list[_Sub], width: int = 1) -> str | None:
+        if self.rules is None:
+            return self._compile(conj, width)
+        # Grammar path: $ref cycles are cut here, where a position is reached again inside itself
+        # (refs on the path are dropped, so only a cycle with no container in it still raises).
+        conj = [replace(s, refs=frozenset()) for s in conj]
+        key = tuple((s.ptr, id(s.schema), s.skip) for s in conj)
+        rules = self.rules
+        if key in rules.active or rules.names.get(key) in rules.bodies:
+            return placeholder(rules.names.setdefault(key, f"r{len(rules.names)}"))
+        rules.active.add(key)
+        try:
+            out = self._compile(conj, width)
+        finally:
+            rules.active.discard(key)
+        if key not in rules.names or out is None:
+            return out
+        rules.bodies[rules.names[key]] = out
+        return placeholder(rules.names[key])
+
+    def _compile(self, conj: list[_Sub], width: int = 1) -> str | None:
         key = (self.depth, tuple((s.ptr, id(s.schema), s.skip) for s in conj))
         if key in self.memo:
             return self.memo[key]
@@ -325,30 +388,34 @@ class _Compiler(Normalizer):
         return self.compile(conj)
 
     def any_value(self, ptr: str, depth: int = ANY_VALUE_DEPTH) -> str:
+        if self.rules is not None:
+            return self._json_value_rule()
         self.relaxed.append(f"any value at {_show(ptr)} (JSON nested at most {depth} deep)")
         return self._any_rx(depth)
 
     def _any_rx(self, depth: int) -> str:
         key = (depth, self.depth)
-        if key in self._any:
-            return self._any[key]
-        string = f'"{CHAR}*"'
-        scalars = f"null|true|false|{_NUMBER}|{string}"
-        if depth == 0:
-            rx = f"(?:{scalars})"
-        else:
-            self.depth += 1
-            try:
-                inner = self._any_rx(depth - 1)
-                sep = f"{self.wsi},{self.wsb}"
-                member = f"{string}{self.wsi}:{self.wsi}{inner}"
-                arr = f"\\[{self.wsb}(?:{inner}(?:{sep}{inner})*{self.wsb})?\\]"
-                obj = f"\\{{{self.wsb}(?:{member}(?:{sep}{member})*{self.wsb})?\\}}"
-            finally:
-                self.depth -= 1
-            rx = f"(?:{scalars}|{arr}|{obj})"
-        self._any[key] = rx
-        return rx
+        if key not in self._any:
+            if depth == 0:
+                self._any[key] = f"(?:null|true|false|{_NUMBER}|{_ANY_STRING})"
+            else:
+                with self._nested():
+                    self._any[key] = self._any_of(self._any_rx(depth - 1))
+        return self._any[key]
+
+    def _json_value_rule(self) -> str:
+        """The grammar path's unconstrained value: any JSON value, exact at every depth."""
+        if JSON_VALUE_RULE not in self.rules.bodies:
+            self.rules.bodies[JSON_VALUE_RULE] = self._any_of(placeholder(JSON_VALUE_RULE))
+        return placeholder(JSON_VALUE_RULE)
+
+    def _any_of(self, inner: str) -> str:
+        """Any JSON value whose container members are `inner`."""
+        sep = f"{self.wsi},{self.wsb}"
+        member = f"{_ANY_STRING}{self.wsi}:{self.wsi}{inner}"
+        arr = f"\\[{self.wsb}(?:{inner}(?:{sep}{inner})*{self.wsb})?\\]"
+        obj = f"\\{{{self.wsb}(?:{member}(?:{sep}{member})*{self.wsb})?\\}}"
+        return f"(?:null|true|false|{_NUMBER}|{_ANY_STRING}|{arr}|{obj})"
 
     # ---- enum / const
 

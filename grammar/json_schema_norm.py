@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
 from gdserve.grammar.json_numbers import Bound
 
 _TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")
@@ -147,6 +147,8 @@ def _to_count(v, kw: str, ptr: str) -> int:
 class Normalizer:
     """Resolves, merges and reports; json_schema._Compiler builds regexes on top of it."""
 
+    rules_mode = False  # json_schema_cfg's compiler: $ref cycles through containers become rules
+
     def __init__(self, root, lenient: bool, parent: "Normalizer | None" = None):
         self.root = root
         self.lenient = lenient
@@ -255,7 +257,9 @@ class Normalizer:
                 raise GrammarError(f"$ref '{ref}' at {where} does not resolve (no $anchor '{frag}')")
             node, _ = self._pointer(target)
         if target in sub.refs:
-            raise GrammarError(f"recursive schema is not supported yet (cycle through #{target})")
+            raise RecursiveSchemaError(f"recursive schema: $ref cycle through #{target} with no object or "
+                                       "array in between" if self.rules_mode else
+                                       f"recursive schema (cycle through #{target}): needs the grammar path")
         return _Sub(node, target, sub.refs | {target})
 
     # ----------------------------------------------------------------------------- normalizing

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
 from gdserve.grammar.json_schema import (
     DEFAULT_WS_BREAK,
     compile_json_schema,
@@ -1190,16 +1190,16 @@ def test_refs_local_forms():
     assert rx_of(root).fullmatch('{"x": 1, "self": 2}')
 
 
-def test_recursive_and_remote_refs_raise():
+def test_recursive_schemas_raise_for_the_grammar_path_and_remote_refs_raise():
     tree = {"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
                                                               "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
             "$ref": "#/$defs/node"}
     for lenient in (False, True):
-        with pytest.raises(GrammarError, match=r"recursive schema .*not supported yet \(cycle through #/\$defs/node\)"):
+        with pytest.raises(RecursiveSchemaError, match=r"recursive schema \(cycle through #/\$defs/node\)"):
             schema_to_regex(tree, lenient=lenient)
-    with pytest.raises(GrammarError, match="recursive"):
+    with pytest.raises(RecursiveSchemaError, match="recursive"):
         schema_to_regex({"properties": {"again": {"$ref": "#"}}})
-    with pytest.raises(GrammarError, match="recursive"):
+    with pytest.raises(RecursiveSchemaError, match="recursive"):
         schema_to_regex({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})
     for ref in ["http://example.com/s.json", "file:///etc/schema.json", "other.json#/x"]:
         with pytest.raises(GrammarError, match="remote \\$ref .*never fetched"):

@@ -94,3 +94,42 @@ class Walker:
                 return out
             state = edges[token]
             out.append(token)
+
+
+def single_byte_ids(grammar) -> dict[int, int]:
+    out = {}
+    for t in range(grammar.vocab_size):
+        data = grammar.token_data(t)
+        if data is not None and len(data) == 1:
+            out.setdefault(data[0], t)
+    return out
+
+
+def token_ids_by_bytes(grammar) -> dict[bytes, int]:
+    out = {}
+    for t in range(grammar.vocab_size):
+        data = grammar.token_data(t)
+        if data:
+            out.setdefault(data, t)
+    return out
+
+
+def random_split(data: bytes, by_bytes: dict[bytes, int], rng: random.Random) -> list[int]:
+    """Token ids spelling `data` in random chunks that are tokens; [] if some byte is none."""
+    out, pos = [], 0
+    while pos < len(data):
+        size = next((n for n in rng.sample(range(1, 7), 6) if data[pos:pos + n] in by_bytes), 0)
+        if not size:
+            return []
+        out.append(by_bytes[data[pos:pos + size]])
+        pos += size
+    return out
+
+
+def accepts_all(grammar, ids: list[int]) -> bool:
+    m = grammar.matcher()
+    for t in ids:
+        if t not in allowed_ids(m) or not m.accept_token(t):
+            return False
+    eos = min(grammar.eos_token_ids)
+    return eos in allowed_ids(m) and m.accept_token(eos) and m.is_terminated()

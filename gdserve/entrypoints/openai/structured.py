@@ -6,9 +6,6 @@ from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.protocol import SamplingRequest
 from gdserve.sampling_params import GuidedDecodingParams
 
-JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
-
-
 def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None, str | None]:
     """(the constraint, the request field it came from) or (None, None)."""
     found = _constraints(request)
@@ -53,7 +50,7 @@ def _constraints(request: SamplingRequest) -> dict[str, tuple[str, object]]:
         found["structured_outputs"] = kinds[0]
     rf = request.response_format
     if rf is not None and rf.type == "json_object":
-        found["response_format"] = ("json", JSON_OBJECT_SCHEMA)
+        found["response_format"] = ("json_object", True)
     elif rf is not None and rf.type == "json_schema":
         if rf.json_schema is None or rf.json_schema.schema_ is None:
             raise bad_request("response_format json_schema needs json_schema.schema", "response_format")

@@ -112,6 +112,19 @@ def test_history_with_tool_calls_and_tool_messages(tiny_tools_server):
     assert r.usage.prompt_tokens == _byte_tokens(expected)
 
 
+def test_recursive_parameters_are_constrained(tiny_tools_server):
+    tree = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                             "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
+            "required": ["name", "kids"], "additionalProperties": False}
+    tools = [WEATHER, {"type": "function", "function": {"name": "tree", "parameters": tree}}]
+    for choice in ({"type": "function", "function": {"name": "tree"}}, "required"):
+        r = _chat(tiny_tools_server, tools=tools, tool_choice=choice, parallel_tool_calls=False, max_tokens=80)
+        assert r["choices"][0]["finish_reason"] == "tool_calls", r
+        call, = r["choices"][0]["message"]["tool_calls"]
+        schema = tree if call["function"]["name"] == "tree" else WEATHER["function"]["parameters"]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+
+
 def _error(server, **body) -> dict:
     status, response = server.post("/v1/chat/completions", {"messages": MSG, "max_tokens": 4, **body})
     assert status == 400, response
@@ -125,11 +138,11 @@ def test_tool_errors_are_400(tiny_tools_server):
     bad = {"type": "function", "function": {"name": "bad", "parameters": {"type": "objekt"}}}
     e = _error(s, tools=[WEATHER, bad])
     assert "tools[1]" in e["message"] and "objekt" in e["message"] and e["param"] == "tools"
-    recursive = {"type": "function", "function": {"name": "tree", "parameters": {
-        "type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}}}
-    for choice in ("required", {"type": "function", "function": {"name": "tree"}}):
-        e = _error(s, tools=[WEATHER, recursive], tool_choice=choice)
-        assert "tools[1]" in e["message"] and "'tree'" in e["message"] and "recursive" in e["message"], e
+    looping = {"type": "function", "function": {"name": "loop", "parameters": {
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}}
+    for choice in ("required", {"type": "function", "function": {"name": "loop"}}):
+        e = _error(s, tools=[WEATHER, looping], tool_choice=choice)
+        assert "tools[1]" in e["message"] and "'loop'" in e["message"] and "cycle" in e["message"], e
     e = _error(s, tools=TOOLS, tool_choice="required", response_format={"type": "json_object"})
     assert "response_format" in e["message"] and e["param"] == "tool_choice"
     e = _error(s, tools=TOOLS, tool_choice="auto", guided_regex="a+")

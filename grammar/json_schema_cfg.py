@@ -1,0 +1,151 @@
+"""JSON Schema -> Lark grammar, for what no regex can hold: recursive schemas ($ref cycles through
+objects or arrays: trees, linked lists, nested comments) and exact JSON of any depth (unconstrained
+values, response_format json_object).
+
+json_schema compiles the schema as for the regex path, except that a position reached again inside
+itself becomes a rule, referred to by a placeholder (compile_json_schema_rules). Each regex is then
+cut at its placeholders (regex_tree): the rule-free stretches of a sequence become terminals, the
+structure around placeholders (sequence, alternation, repetition) becomes Lark EBNF. A stretch
+that may match the empty string is written as its nonempty form, made optional (lark terminals
+cannot be empty). The grammar's language is the regex path's language with every placeholder
+expanded, so the contract of json_schema (soundness, whitespace, key order) carries over.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json_schema import compile_json_schema_rules
+from gdserve.grammar.regex_tree import (Alt, Atom, Node, Seq, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
+                                       to_regex)
+
+JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
+
+
+@dataclass
+class JsonSchemaGrammar:
+    lark: str
+    relaxed: list[str]
+    narrowed: list[str]
+    max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
+
+
+def schema_to_lark(schema: dict | bool | str, whitespace_pattern: str | None = None,
+                   lenient: bool = False) -> JsonSchemaGrammar:
+    """The schema as a Lark grammar (start rule `start`); GrammarError as json_schema raises."""
+    compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient)
+    writer = _LarkWriter()
+    lines = [f"start: {writer.rule_body(compiled.root)}"]
+    lines += [f"{name}: {writer.rule_body(body)}" for name, body in compiled.rules.items()]
+    missing = writer.rules_used - set(compiled.rules)
+    if missing:
+        raise GrammarError(f"recursive schema: the cycle through rule {sorted(missing)[0]} matches no value")
+    return JsonSchemaGrammar("\n".join(lines + writer.terminal_lines()), compiled.relaxed, compiled.narrowed,
+                             _max_open_bytes(compiled.root, compiled.rules))
+
+
+def _max_open_bytes(root: str, rules: dict[str, str]) -> int:
+    trees = {name: parse(body) for name, body in rules.items()}
+    best = _rule_min_bytes(trees)
+    return max(max_optional_bytes(t, best) for t in [parse(root), *trees.values()])
+
+
+def _rule_min_bytes(trees: dict[str, Node]) -> dict[str, int]:
+    """Each rule's shortest text in bytes: a fixpoint from "unbounded" down."""
+    best = {name: 1 << 30 for name in trees}
+    changed = True
+    while changed:
+        changed = False
+        for name, tree in trees.items():
+            n = min_bytes(tree, best)
+            if n < best[name]:
+                best[name], changed = n, True
+    return best
+
+
+class _LarkWriter:
+    def __init__(self):
+        self.terminals: dict[str, str] = {}  # regex -> terminal name
+        self.rules_used: set[str] = set()
+
+    def rule_body(self, regex: str) -> str:
+        body = self.expr(parse(regex))
+        if not body:
+            raise GrammarError("recursive schema: a rule matches only the empty text")
+        return body
+
+    def expr(self, node: Node) -> str:
+        """Lark EBNF for node ("" for the empty text)."""
+        if not has_rule(node):
+            return self.terminal(node)
+        if isinstance(node, Atom):
+            self.rules_used.add(node.rule)
+            return node.rule
+        if isinstance(node, Seq):
+            return " ".join(p for p in map(self.expr, _runs(node.items)) if p)
+        if isinstance(node, Alt):
+            options = [self.expr(o) for o in node.options]
+            body = " | ".join(dict.fromkeys(o for o in options if o))
+            return f"({body})" + ("?" if "" in options else "")
+        inner = self.expr(node.item)
+        return _repeat(f"({inner})", node.lo, node.hi) if inner else ""
+
+    def terminal(self, node: Node) -> str:
+        if nullable(node):
+            node = nonempty(node)
+            return "" if node is None else self.terminal(node) + "?"
+        regex = to_regex(node)
+        name = self.terminals.setdefault(regex, f"T{len(self.terminals)}")
+        return name
+
+    def terminal_lines(self) -> list[str]:
+        return [f"{name}: /{_lark_regex(regex)}/" for regex, name in self.terminals.items()]
+
+
+def _runs(items: tuple) -> list[Node]:
+    """A sequence's items with each stretch of rule-free items joined into one."""
+    out, run = [], []
+    for item in items:
+        if has_rule(item):
+            if run:
+                out.append(Seq(tuple(run)))
+                run = []
+            out.append(item)
+        else:
+            run.append(item)
+    if run:
+        out.append(Seq(tuple(run)))
+    return out
+
+
+def _repeat(expr: str, lo: int, hi: int | None) -> str:
+    if hi is None:
+        return expr + "*" if lo == 0 else expr + "+" if lo == 1 else f"{expr} ~ {lo} {expr}*"
+    if (lo, hi) == (0, 1):
+        return expr + "?"
+    if lo == 0:
+        return f"({expr} ~ 1..{hi})?"
+    return f"{expr} ~ {lo}..{hi}" if lo != hi else f"{expr} ~ {lo}"
+
+
+_ESCAPE_OR_SLASH = re.compile(r"\\(?:x\{([0-9a-fA-F]+)\}|u\{([0-9a-fA-F]+)\}|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})"
+                              r"|U([0-9a-fA-F]{8})|.)|/", re.S)
+
+
+def _lark_regex(regex: str) -> str:
+    """The regex as the body of lark's /.../, which lark reads as a Python string literal
+    (`\\x5c` would arrive as a bare backslash): printable ASCII escapes are written as the
+    character (escaped if punctuation), other code points as \\U escapes (they arrive as the
+    character itself, which no regex reads as syntax), slashes as \\/."""
+    def fix(m: re.Match) -> str:
+        if m.group() in ("/", "\\/"):
+            return "\\/"
+        hex_digits = next((g for g in m.groups() if g), None)
+        if hex_digits is None:
+            return m.group()
+        c = chr(int(hex_digits, 16))
+        if " " <= c <= "~":
+            return c if c.isalnum() or c == " " else "\\" + c
+        return f"\\U{ord(c):08x}"
+    return _ESCAPE_OR_SLASH.sub(fix, regex)

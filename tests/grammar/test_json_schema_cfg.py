@@ -1,0 +1,176 @@
+"""Recursive JSON Schemas and json_object on the grammar path (json_schema_cfg), on SmolLM2's
+vocabulary: sentences of the generated grammar are schema-valid and accepted token by token under
+several tokenizations; budgeted random walks end in valid instances; a mutant the matcher accepts is
+valid; a $ref cycle with no container in it raises; SmolLM2's generations validate."""
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pydantic
+import pytest
+import torch
+
+from gdserve import LLM, SamplingParams
+from gdserve.grammar import GrammarError, compile_grammar
+from gdserve.grammar.cfg_sample import SentenceSampler
+from gdserve.grammar.json_schema import compile_json_schema_rules
+from gdserve.grammar.json_schema_cfg import schema_to_lark
+from gdserve.sampling_params import GuidedDecodingParams
+from tests.grammar.test_cfg import mutate
+from tests.grammar.walk import accepts_all, random_split, single_byte_ids, token_ids_by_bytes
+from tests.helpers import chat_ids
+
+
+class Category(pydantic.BaseModel):
+    name: str
+    subcategories: list["Category"] = []
+
+
+SCHEMAS = {
+    "tree": {"$defs": {"node": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["name", "children"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
+    "linked_list": {"type": "object", "properties": {
+        "value": {"type": "integer", "minimum": 0, "maximum": 99},
+        "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "required": ["value", "next"], "additionalProperties": False},
+    "comments": {"type": "object", "properties": {
+        "author": {"type": "string", "pattern": "^[a-z]{1,8}$"}, "text": {"type": "string"},
+        "replies": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
+        "required": ["author", "text"], "additionalProperties": False},
+    "json_value": {"$defs": {"v": {"anyOf": [
+        {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+        {"type": "array", "items": {"$ref": "#/$defs/v"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/$defs/v"}}]}}, "$ref": "#/$defs/v"},
+    "expression": {"$defs": {"e": {"oneOf": [
+        {"type": "object", "properties": {"op": {"enum": ["+", "*"]},
+                                          "args": {"type": "array", "items": {"$ref": "#/$defs/e"}, "minItems": 2}},
+         "required": ["op", "args"], "additionalProperties": False},
+        {"type": "integer"}]}}, "$ref": "#/$defs/e"},
+    "pydantic": Category.model_json_schema(),
+    "with_any_value": {"type": "object", "properties": {
+        "meta": {}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "required": ["meta", "child"], "additionalProperties": False},
+}
+_COMPILED: dict = {}
+
+
+def grammar_of(tokenizer, name: str):
+    if name not in _COMPILED:
+        _COMPILED[name] = compile_grammar("json", SCHEMAS[name], tokenizer)
+    return _COMPILED[name]
+
+
+def sentences(name: str, count: int, seed: int = 0) -> list[str]:
+    """Random sentences of the schema's grammar (lark's own lexer reads some otherwise than ours:
+    kept are the ones that parse as JSON)."""
+    sampler = SentenceSampler(schema_to_lark(SCHEMAS[name]).lark, max_depth=4, accept=_is_json)
+    rng = random.Random(seed)
+    return [sampler.sentence(rng) for _ in range(count)]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_sentences_are_valid_and_accepted_under_several_tokenizations(smollm2_tokenizer, name):
+    g = grammar_of(smollm2_tokenizer, name)
+    assert g.kind == "json" and g.relaxed == []
+    rng, by_bytes = random.Random(1), token_ids_by_bytes(g)
+    singles = {bytes([b]): t for b, t in single_byte_ids(g).items()}
+    checked = 0
+    for text in sentences(name, 10):
+        jsonschema.validate(json.loads(text), SCHEMAS[name])
+        data = text.encode()
+        splits = [smollm2_tokenizer.encode(text, add_special_tokens=False),
+                  random_split(data, singles, rng), random_split(data, by_bytes, rng)]
+        for ids in splits:
+            if ids and b"".join(g.token_data(t) for t in ids) == data:  # lossy tokenizing
+                assert accepts_all(g, ids), text
+                checked += 1
+    assert checked >= 15
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_mutants_are_accepted_only_when_valid(smollm2_tokenizer, name):
+    g, rng = grammar_of(smollm2_tokenizer, name), random.Random(2)
+    rejected = 0
+    for text in sentences(name, 20, seed=3):
+        mutant = mutate(mutate(text, rng), rng)
+        ids = smollm2_tokenizer.encode(mutant, add_special_tokens=False)
+        if b"".join(g.token_data(t) for t in ids) != mutant.encode():
+            continue
+        if accepts_all(g, ids):
+            jsonschema.validate(json.loads(mutant), SCHEMAS[name])
+        else:
+            rejected += 1
+    assert rejected >= 5
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_budgeted_random_walks_end_valid(smollm2_tokenizer, name):
+    """Uniformly random allowed tokens under the engine's budget close the recursion in time."""
+    g, rng, max_tokens = grammar_of(smollm2_tokenizer, name), random.Random(4), 64
+    eos = min(g.eos_token_ids)
+    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    for _ in range(4):
+        m, ids = g.matcher(), []
+        for used in range(max_tokens):
+            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
+            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
+            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
+            assert m.accept_token(token)
+            if token == eos:
+                break
+            ids.append(token)
+        assert m.is_terminated(), name
+        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), SCHEMAS[name])
+
+
+def test_json_object_is_any_object_at_any_depth(smollm2_tokenizer):
+    g = compile_grammar("json_object", True, smollm2_tokenizer)
+    shallow = {"a": [{"b": {"c": [{"d": None, "e": [1.5e3, "x\\\"y", True]}]}}]}
+    deep = shallow
+    for _ in range(6):
+        deep = {"k": [deep, {}]}
+    # any depth; pretty-printed up to the whitespace's indent cap (json_schema.INDENT_MAX columns)
+    for text in (json.dumps(deep), json.dumps(shallow, indent=2), "{}", '{"a": {}}'):
+        assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)), text
+    for text in ("[1]", "3", '"s"', '{"a": }', '{"a": 1,}'):
+        assert not accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)), text
+
+
+def test_unconstrained_values_are_exact_on_the_grammar_path():
+    rules = compile_json_schema_rules(SCHEMAS["with_any_value"])
+    assert rules.relaxed == [] and "json_value" in rules.rules
+
+
+def test_a_cycle_with_no_container_raises(smollm2_tokenizer):
+    schema = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    with pytest.raises(GrammarError, match="cycle through #/\\$defs/a with no object or array in between"):
+        compile_grammar("json", schema, smollm2_tokenizer)
+
+
+def test_smollm2_generations_validate(smollm2_dir):
+    llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20)
+    cases = [("tree", "Describe a small family tree as JSON."),
+             ("comments", "Write a comment thread with a reply as JSON."),
+             ("expression", "Write the expression (1 + 2) * 3 as a JSON tree."),
+             ("pydantic", "Give a product category with two subcategories as JSON.")]
+    params = [SamplingParams(max_tokens=120, temperature=0.0, guided=GuidedDecodingParams(json=SCHEMAS[name]))
+              for name, _ in cases]
+    try:
+        outs = llm.generate([chat_ids(llm, prompt) for _, prompt in cases], params)
+    finally:
+        llm.engine.close()
+    for (name, _), out in zip(cases, outs):
+        assert out.outputs[0].finish_reason == "stop", (name, out.outputs[0].text)
+        jsonschema.validate(json.loads(out.outputs[0].text), SCHEMAS[name])
+    Category.model_validate_json(outs[3].outputs[0].text)
