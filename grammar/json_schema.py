@@ -71,8 +71,9 @@ Annotations (title, description, default, examples, $comment, readOnly, ...) and
 are ignored. Unsupported keywords (multipleOf, contains, unevaluated*, $dynamicRef, JSON Schema
 formats without a pattern, negations without a positive form, ...) raise GrammarError
 "unsupported keyword 'k' at /pointer"; with lenient=True they are dropped and listed in `relaxed`
-("k at /pointer"). Recursive schemas, remote refs and regexes longer than max_regex_chars raise
-GrammarError in both modes.
+("k at /pointer"). Remote refs and regexes longer than max_regex_chars raise GrammarError in both
+modes; recursive schemas raise RecursiveSchemaError here, and compile_json_schema_rules compiles them
+for the grammar path (json_schema_cfg).
 """
 
 from __future__ import annotations
