@@ -90,7 +90,6 @@ from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
-from gdserve.grammar.regex_tree import placeholder
 from gdserve.grammar.json_schema_norm import (
     _TYPES,
     Normalizer,
@@ -111,6 +110,7 @@ from gdserve.grammar.json_strings import (
     repeat,
     string_literal,
 )
+from gdserve.grammar.regex_tree import placeholder
 
 ANY_VALUE_DEPTH = 2
 STRING_LENGTH_CAP = 256
