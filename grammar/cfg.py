@@ -20,7 +20,7 @@ from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
 from gdserve.grammar.cfg_parser import LalrParser, Stack
 from gdserve.grammar.lark_spec import CfgSpec
-from gdserve.grammar.matcher import write_row
+from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
 from gdserve.kernels.bitmask import bitmask_width
 
@@ -209,7 +209,7 @@ class CfgGrammar:
             words |= child.inside
             self._add_crossings(child, after, words)
 
-    def mask(self, state: CfgState) -> CfgMask:
+    def state_mask(self, state: CfgState) -> CfgMask:
         mask = self._masks.get(state)
         if mask is None:
             if len(self._masks) > MAX_CACHED_MASKS:
@@ -259,7 +259,7 @@ class CfgGrammar:
         """The state's row, or, once the shortest completion (plus steer_margin bytes, one byte
         per token at worst) no longer fits in `budget` tokens, only the tokens that start that
         completion (and EOS where allowed)."""
-        full = self.mask(state)
+        full = self.state_mask(state)
         if budget >= max(STEER_FROM, 2 * self.steer_margin):
             return full.row
         path = self.completion(state)
@@ -281,17 +281,12 @@ class CfgGrammar:
         return t.token_bytes(token_id)
 
 
-class CfgMatcher:
-    """One sequence's walk; `_states` holds the initial state and the state after each accepted
-    token (TERMINATED after EOS), so rollback is a pop."""
+class CfgMatcher(StateWalk):
+    """A sequence's walk through a CfgGrammar."""
+    terminated = TERMINATED
 
     def __init__(self, grammar: CfgGrammar):
-        self.grammar = grammar
-        self._states = [grammar.initial]
-
-    @property
-    def state(self) -> CfgState:
-        return self._states[-1]
+        super().__init__(grammar, grammar.initial)
 
     def accept_token(self, token_id: int) -> bool:
         state = self._states[-1]
@@ -315,33 +310,8 @@ class CfgMatcher:
         if path and data and nxt is not TERMINATED and nxt not in done and path.startswith(data):
             done[nxt] = path[len(data):]
 
-    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
-                                budget: int | None = None) -> None:
-        """Write the allowed next tokens into bitmask[row]. budget: the tokens the sequence may
-        still emit after this one; near it, only tokens that head for a completion (budget_row:
-        a heuristic, unlike the regex Matcher's exact budget rows)."""
-        state = self._states[-1]
-        if state is TERMINATED:
-            words = self.grammar.eos_row
-        elif budget is not None:
-            words = self.grammar.budget_row(state, budget)
-        else:
-            words = self.grammar.mask(state).row
-        write_row(bitmask, row, words, self.grammar.vocab_size)
-
     def distance_to_complete(self) -> int:
         """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""
         state = self._states[-1]
         path = None if state is TERMINATED else self.grammar.completion(state)
         return len(path) if path else 0
-
-    def is_terminated(self) -> bool:
-        state = self._states[-1]
-        return state is TERMINATED or self.grammar.mask(state).only_eos
-
-    def rollback(self, num_tokens: int) -> None:
-        if not 0 <= num_tokens < len(self._states):
-            raise ValueError(f"cannot roll back {num_tokens} tokens: "
-                             f"{len(self._states) - 1} accepted")
-        if num_tokens:
-            del self._states[-num_tokens:]

@@ -99,7 +99,7 @@ def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: s
     grammar = CfgGrammar(kind, cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
                          vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin)
     grammar.precompute()
-    grammar.mask(grammar.initial)
+    grammar.state_mask(grammar.initial)
     return grammar
 
 

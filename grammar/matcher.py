@@ -148,13 +148,56 @@ def write_row(bitmask: torch.Tensor, row: int, words: torch.Tensor, vocab_size: 
     bitmask[row].copy_(words)
 
 
-class Matcher:
-    """One sequence's walk through a Grammar. `_states` holds the initial state, then the state
-    after each accepted token (TERMINATED after EOS), so rollback is a pop."""
+class StateWalk:
+    """One sequence's walk through a grammar: `_states` holds the initial state, then the state
+    after each accepted token (`terminated` after EOS), so rollback is a pop. The grammar gives
+    state_mask(state) (.row, .only_eos), budget_row(state, budget), eos_row and vocab_size; a
+    subclass gives accept_token and distance_to_complete."""
+    terminated: object
+
+    def __init__(self, grammar, initial_state):
+        self.grammar = grammar
+        self._states = [initial_state]
+
+    @property
+    def state(self):
+        return self._states[-1]
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
+                                budget: int | None = None) -> None:
+        """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
+        budget: the tokens the sequence may still emit after this one; near it, only tokens that
+        keep the constraint completable within it (the grammar's budget_row: exact for a regex,
+        a heuristic for a context-free grammar)."""
+        state = self._states[-1]
+        if state == self.terminated:
+            words = self.grammar.eos_row
+        elif budget is not None:
+            words = self.grammar.budget_row(state, budget)
+        else:
+            words = self.grammar.state_mask(state).row
+        write_row(bitmask, row, words, self.grammar.vocab_size)
+
+    def is_terminated(self) -> bool:
+        """EOS accepted, or the constraint is complete and only EOS can follow."""
+        state = self._states[-1]
+        return state == self.terminated or self.grammar.state_mask(state).only_eos
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last num_tokens accepted tokens (EOS included)."""
+        if not 0 <= num_tokens < len(self._states):
+            raise ValueError(f"cannot roll back {num_tokens} tokens: "
+                             f"{len(self._states) - 1} accepted")
+        if num_tokens:
+            del self._states[-num_tokens:]
+
+
+class Matcher(StateWalk):
+    """A sequence's walk through a (regex) Grammar."""
+    terminated = TERMINATED
 
     def __init__(self, grammar: Grammar):
-        self.grammar = grammar
-        self._states = [grammar.initial_state]
+        super().__init__(grammar, grammar.initial_state)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the token is not allowed here."""
@@ -170,35 +213,8 @@ class Matcher:
         self._states.append(next_state)
         return True
 
-    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
-                                budget: int | None = None) -> None:
-        """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
-        budget: the tokens the sequence may still emit after this one; only tokens that leave
-        the constraint completable within it are allowed (see Grammar.budget_row)."""
-        state = self._states[-1]
-        if state == TERMINATED:
-            words = self.grammar.eos_row
-        elif budget is not None:
-            words = self.grammar.budget_row(state, budget)
-        else:
-            words = self.grammar.state_mask(state).row
-        write_row(bitmask, row, words, self.grammar.vocab_size)
-
     def distance_to_complete(self) -> int:
         """Bytes still needed, at the fewest, to complete the constraint: an upper bound on the
         tokens needed when every byte is a token (byte-level BPE, SentencePiece byte fallback)."""
         state = self._states[-1]
         return 0 if state == TERMINATED else self.grammar.distance(state)
-
-    def is_terminated(self) -> bool:
-        """EOS accepted, or the constraint is complete and only EOS can follow."""
-        state = self._states[-1]
-        return state == TERMINATED or self.grammar.state_mask(state).only_eos
-
-    def rollback(self, num_tokens: int) -> None:
-        """Undo the last num_tokens accepted tokens (EOS included)."""
-        if not 0 <= num_tokens < len(self._states):
-            raise ValueError(f"cannot roll back {num_tokens} tokens: "
-                             f"{len(self._states) - 1} accepted")
-        if num_tokens:
-            del self._states[-num_tokens:]

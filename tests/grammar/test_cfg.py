@@ -14,7 +14,8 @@ from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.cfg_oracle import LarkOracle, oracle_walk
 from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.lark_spec import load_grammar_text
-from tests.grammar.walk import accepts_all, allowed_ids, random_split, single_byte_ids, token_ids_by_bytes
+from tests.grammar.walk import (accepts_all, allowed_ids, random_split, single_byte_ids, token_ids_by_bytes,
+                                tokenized_mutants)
 
 BUILTINS = ["json", "sql_select", "arithmetic", "function_call"]
 _COMPILED: dict = {}
@@ -46,26 +47,12 @@ def test_sentences_accepted_under_several_tokenizations(smollm2_tokenizer, name)
                 assert accepts_all(g, ids), (text, [g.token_data(t) for t in ids])
 
 
-def mutate(text: str, rng: random.Random) -> str:
-    i = rng.randrange(len(text) + 1)
-    op = rng.choice(["delete", "insert", "duplicate"])
-    if op == "delete" and text:
-        return text[:max(0, i - 1)] + text[i:]
-    if op == "duplicate":
-        return text[:i] + text[i:i + 3] + text[i:]
-    return text[:i] + rng.choice("{}[]()\",:;'*+-=.x0 \\") + text[i:]
-
-
 @pytest.mark.parametrize("name", BUILTINS)
 def test_mutants_rejected_exactly_when_lark_rejects(smollm2_tokenizer, name):
     g = grammar_of(smollm2_tokenizer, f"builtin:{name}")
     parser, rng = lark.Lark(load_grammar_text(f"builtin:{name}"), parser="lalr"), random.Random(2)
     rejected = 0
-    for text in sentences(name, 25, seed=3):
-        mutant = mutate(mutate(text, rng), rng)
-        ids = smollm2_tokenizer.encode(mutant, add_special_tokens=False)
-        if b"".join(g.token_data(t) for t in ids) != mutant.encode():
-            continue
+    for mutant, ids in tokenized_mutants(smollm2_tokenizer, g, sentences(name, 25, seed=3), rng):
         try:
             parser.parse(mutant)
             valid = True
@@ -207,7 +194,7 @@ def test_compile_service_compiles_grammars(smollm2_tokenizer):
     ids = smollm2_tokenizer.encode('get_weather(city="Paris", days=3)', add_special_tokens=False)
     assert accepts_all(g, ids)
     local = grammar_of(smollm2_tokenizer, "builtin:function_call")
-    assert np.all(g.mask(g.initial).row.numpy() == local.mask(local.initial).row.numpy())
+    assert np.all(g.state_mask(g.initial).row.numpy() == local.state_mask(local.initial).row.numpy())
 
 
 @pytest.mark.parametrize("name", BUILTINS)

@@ -17,8 +17,7 @@ from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.json_schema_cfg import schema_to_lark
 from gdserve.sampling_params import GuidedDecodingParams
-from tests.grammar.test_cfg import mutate
-from tests.grammar.walk import accepts_all, random_split, single_byte_ids, token_ids_by_bytes
+from tests.grammar.walk import accepts_all, random_split, single_byte_ids, token_ids_by_bytes, tokenized_mutants
 from tests.helpers import chat_ids
 
 
@@ -102,11 +101,7 @@ def test_sentences_are_valid_and_accepted_under_several_tokenizations(smollm2_to
 def test_mutants_are_accepted_only_when_valid(smollm2_tokenizer, name):
     g, rng = grammar_of(smollm2_tokenizer, name), random.Random(2)
     rejected = 0
-    for text in sentences(name, 20, seed=3):
-        mutant = mutate(mutate(text, rng), rng)
-        ids = smollm2_tokenizer.encode(mutant, add_special_tokens=False)
-        if b"".join(g.token_data(t) for t in ids) != mutant.encode():
-            continue
+    for mutant, ids in tokenized_mutants(smollm2_tokenizer, g, sentences(name, 20, seed=3), rng):
         if accepts_all(g, ids):
             jsonschema.validate(json.loads(mutant), SCHEMAS[name])
         else:

@@ -133,3 +133,22 @@ def accepts_all(grammar, ids: list[int]) -> bool:
             return False
     eos = min(grammar.eos_token_ids)
     return eos in allowed_ids(m) and m.accept_token(eos) and m.is_terminated()
+
+
+def mutate(text: str, rng: random.Random) -> str:
+    i = rng.randrange(len(text) + 1)
+    op = rng.choice(["delete", "insert", "duplicate"])
+    if op == "delete" and text:
+        return text[:max(0, i - 1)] + text[i:]
+    if op == "duplicate":
+        return text[:i] + text[i:i + 3] + text[i:]
+    return text[:i] + rng.choice("{}[]()\",:;'*+-=.x0 \\") + text[i:]
+
+
+def tokenized_mutants(tokenizer, grammar, texts: list[str], rng: random.Random):
+    """(mutant, its token ids) for each text mutated twice, skipping lossy tokenizations."""
+    for text in texts:
+        mutant = mutate(mutate(text, rng), rng)
+        ids = tokenizer.encode(mutant, add_special_tokens=False)
+        if b"".join(grammar.token_data(t) for t in ids) == mutant.encode():
+            yield mutant, ids
