@@ -26,6 +26,7 @@ class EngineConfig:
     seed: int = 0
     grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
     grammar_compile_workers: int = 1         # processes compiling constraints off the engine loop
+    enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
 
     def __post_init__(self):
         _check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")

@@ -53,6 +53,8 @@ class LLMEngine:
         num_blocks = self._num_kv_blocks()
         self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
                                   self.device, self.dtype)
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()

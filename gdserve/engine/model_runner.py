@@ -1,7 +1,9 @@
 """Owns the model and its KV cache; turns a scheduled batch into one forward pass."""
 import torch
 
+from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import Sequence
+from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.config import ModelConfig
 
@@ -23,13 +25,26 @@ class ModelRunner:
         attns = [m for m in model.modules() if isinstance(m, Attention)]
         for i, attn in enumerate(attns):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        self.cuda_graphs: CudaGraphRunner | None = None
+
+    def capture_cuda_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
+        """Decode steps of up to max_num_seqs sequences replay CUDA graphs from now on (CUDA with
+        the Triton KV write and attention, which take the graphs' padding rows)."""
+        if not (use_triton(self.kv_cache, "kv_cache") and use_triton(self.kv_cache, "paged_attention")):
+            return
+        self.cuda_graphs = CudaGraphRunner(self.model, max_num_seqs, max_model_len, self.block_size, self.device)
+        self.cuda_graphs.capture()
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int]) -> torch.Tensor:
         """Run one forward over the batch and return the logits [len(sample_rows), V] of the
         last new token of each sequence in sample_rows (indices into seqs)."""
         input_ids, positions, meta, last_index = self._prepare(seqs, num_new_tokens)
-        hidden = self.model(input_ids, positions, meta)
+        graphs = self.cuda_graphs
+        if graphs is not None and meta.num_decodes == len(seqs) <= graphs.max_batch:
+            hidden = graphs.run(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[last_index[sample_rows]])
 
     @torch.inference_mode()

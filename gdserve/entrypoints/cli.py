@@ -17,6 +17,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
+    parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -25,7 +26,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
-                grammar_compile_timeout_s=args.grammar_compile_timeout_s)
+                grammar_compile_timeout_s=args.grammar_compile_timeout_s, enforce_eager=args.enforce_eager)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
