@@ -169,14 +169,17 @@ class StateWalk:
         budget: the tokens the sequence may still emit after this one; near it, only tokens that
         keep the constraint completable within it (the grammar's budget_row: exact for a regex,
         a heuristic for a context-free grammar)."""
+        write_row(bitmask, row, self.next_token_row(budget), self.grammar.vocab_size)
+
+    def next_token_row(self, budget: int | None = None) -> torch.Tensor:
+        """The packed row fill_next_token_bitmask writes (int32 [ceil(vocab_size / 32)], shared:
+        read, never modify), for callers that stack many rows at once."""
         state = self._states[-1]
         if state == self.terminated:
-            words = self.grammar.eos_row
-        elif budget is not None:
-            words = self.grammar.budget_row(state, budget)
-        else:
-            words = self.grammar.state_mask(state).row
-        write_row(bitmask, row, words, self.grammar.vocab_size)
+            return self.grammar.eos_row
+        if budget is not None:
+            return self.grammar.budget_row(state, budget)
+        return self.grammar.state_mask(state).row
 
     def is_terminated(self) -> bool:
         """EOS accepted, or the constraint is complete and only EOS can follow."""

@@ -32,9 +32,17 @@ def log(*parts) -> None:
 
 
 def setup_imports() -> None:
-    """gdserve importable from the checkout, its package dirs mapped as pyproject maps them;
-    carried wheels (outlines-core) installed into a temp dir."""
-    sys.path.insert(0, str(ROOT))
+    """gdserve importable from the checkout with its package dirs mapped as pyproject maps them
+    (a temp tree of symlinks, so spawned compile workers import it too); carried wheels
+    (outlines-core) installed into a temp dir."""
+    import importlib
+    pkg = Path(tempfile.mkdtemp(prefix="gdserve-src-")) / "gdserve"
+    pkg.mkdir()
+    for entry in (ROOT / "gdserve").iterdir():
+        (pkg / entry.name).symlink_to(entry)
+    for name in ("grammar", "kernels"):
+        (pkg / name).symlink_to(ROOT / name)
+    sys.path.insert(0, str(pkg.parent))
     # A wheel's name starts with its module's name (outlines_core-0.2.14-...): install the missing.
     missing = [w for w in WHEELS.glob("*.whl") if importlib.util.find_spec(w.name.split("-")[0]) is None]
     if missing:
@@ -42,9 +50,7 @@ def setup_imports() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                         "--no-compile", "--upgrade", "--target", str(site), *map(str, missing)], check=True)
         sys.path.insert(1, str(site))
-    import gdserve
-    if importlib.util.find_spec("gdserve.kernels") is None:  # not pip-installed
-        gdserve.__path__.append(str(ROOT))  # gdserve.kernels -> kernels/, gdserve.grammar -> grammar/
+    importlib.import_module("gdserve.grammar")
 
 
 # ---- 1. kernel tests --------------------------------------------------------------------------

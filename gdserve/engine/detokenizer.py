@@ -21,6 +21,9 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, prompt_token_ids: list[int],
                  skip_special_tokens: bool, stop: list[str], include_stop_str_in_output: bool):
         self.tokenizer = tokenizer
+        # A fast tokenizer's own decoder: what tokenizer.decode calls (clean-up off), without
+        # its per-call conversions, which cost more than the decode (two decodes per token).
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.skip_special_tokens = skip_special_tokens
         self.stop = list(stop)
         self.include_stop_str_in_output = include_stop_str_in_output
@@ -62,6 +65,8 @@ class IncrementalDetokenizer:
         return []  # no clean context (invalid bytes in the prompt): decode the output on its own
 
     def _decode(self, token_ids: list[int]) -> str:
+        if self._backend is not None:
+            return self._backend.decode(token_ids, skip_special_tokens=self.skip_special_tokens)
         return self.tokenizer.decode(token_ids, skip_special_tokens=self.skip_special_tokens,
                                      clean_up_tokenization_spaces=False)
 

@@ -35,21 +35,32 @@ class GuidedDecoder:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        """Mask row i of logits by seqs[i]'s matcher, for every guided sequence, in one apply."""
+        """Mask row i of logits by seqs[i]'s matcher, for every guided sequence, in one apply.
+        Runs while the GPU computes the step's forward; the rows go over in one pinned copy."""
         rows = [i for i, seq in enumerate(seqs) if seq.matcher is not None]
         if not rows:
             return
-        if self._bitmask.shape[0] < len(rows):
-            self._bitmask = allocate_token_bitmask(max(len(rows), 2 * self._bitmask.shape[0]), self.vocab_size)
-        bitmask = self._bitmask[:len(rows)]
-        for j, i in enumerate(rows):
-            seq = seqs[i]
-            # After this token, max_tokens leaves this many for the rest and EOS: the matcher
-            # keeps the constraint completable within them (unbounded strings close in time).
-            budget = seq.max_tokens - seq.num_output_tokens - 2
-            seq.matcher.fill_next_token_bitmask(bitmask, j, budget=budget)
-        indices = torch.tensor(rows, device=logits.device)
+        # After this token, max_tokens leaves this many for the rest and EOS: the matcher keeps
+        # the constraint completable within them (unbounded strings close in time).
+        words = [seqs[i].matcher.next_token_row(seqs[i].max_tokens - seqs[i].num_output_tokens - 2)
+                 for i in rows]
+        bitmask = self._buffer(len(rows), logits.device)
+        if words[0].shape[0] != bitmask.shape[1]:
+            raise ValueError(f"a grammar's mask rows have {words[0].shape[0]} words, the model's "
+                             f"vocabulary needs {bitmask.shape[1]}")
+        torch.stack(words, out=bitmask)
+        indices = torch.tensor(rows).to(logits.device, non_blocking=True)
         apply_token_bitmask(logits, bitmask.to(logits.device, non_blocking=True), indices)
+
+    def _buffer(self, num_rows: int, device: torch.device) -> torch.Tensor:
+        """Host rows for the step's bitmask, pinned when the logits are on CUDA (the copy is
+        async; the next fill starts after the step's sampling has synchronized)."""
+        if self._bitmask.shape[0] < num_rows or (device.type == "cuda") != self._bitmask.is_pinned():
+            size = max(num_rows, 2 * self._bitmask.shape[0])
+            self._bitmask = allocate_token_bitmask(size, self.vocab_size)
+            if device.type == "cuda":
+                self._bitmask = self._bitmask.pin_memory()
+        return self._bitmask[:num_rows]
 
     def close(self) -> None:
         if self._service is not None:
