@@ -25,6 +25,7 @@ from gdserve.grammar.token_index import ByteDFA, TokenTrie
 from gdserve.kernels.bitmask import bitmask_width
 
 MAX_CACHED_MASKS = 8192
+MAX_PRECOMPUTED_ROOTS = 2048  # ~0.5 ms each on the SmolLM2 vocabulary
 STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
 STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
 
@@ -67,8 +68,9 @@ class CfgGrammar:
 
     def precompute(self, max_stacks: int = 256) -> None:
         """Grow the lexer over the parser stacks reachable in a breadth-first walk of up to
-        max_stacks stacks, then store every lexer state's root expansion (the stack-independent
-        part of every mask), so matchers rarely walk the trie."""
+        max_stacks stacks, then store the root expansion (the stack-independent part of every
+        mask) of up to MAX_PRECOMPUTED_ROOTS lexer states, so matchers rarely walk the trie; a
+        grammar with more (long terminals: big JSON schemas) builds the rest on first visit."""
         seen, todo = {self.parser.initial}, [self.parser.initial]
         while todo and len(seen) < max_stacks:
             stack = todo.pop(0)
@@ -78,7 +80,7 @@ class CfgGrammar:
                 if nxt not in seen and len(seen) < max_stacks:
                     seen.add(nxt)
                     todo.append(nxt)
-        for lex in range(len(self.lexer.keys)):
+        for lex in range(min(len(self.lexer.keys), MAX_PRECOMPUTED_ROOTS)):
             self.root(lex)
 
     def __setstate__(self, state: dict) -> None:

@@ -38,6 +38,7 @@ def schema_to_lark(schema: dict | bool | str, whitespace_pattern: str | None = N
     writer = _LarkWriter()
     lines = [f"start: {writer.rule_body(compiled.root)}"]
     lines += [f"{name}: {writer.rule_body(body)}" for name, body in compiled.rules.items()]
+    lines += [f"{name}: {body}" for body, name in writer.helpers.items()]
     missing = writer.rules_used - set(compiled.rules)
     if missing:
         raise GrammarError(f"recursive schema: the cycle through rule {sorted(missing)[0]} matches no value")
@@ -68,6 +69,8 @@ class _LarkWriter:
     def __init__(self):
         self.terminals: dict[str, str] = {}  # regex -> terminal name
         self.rules_used: set[str] = set()
+        self.helpers: dict[str, str] = {}  # body -> name of the alternation/repetition rules
+        self.stars: dict[str, str] = {}    # item -> name of its `item*` rule
 
     def rule_body(self, regex: str) -> str:
         body = self.expr(parse(regex))
@@ -76,7 +79,9 @@ class _LarkWriter:
         return body
 
     def expr(self, node: Node) -> str:
-        """Lark EBNF for node ("" for the empty text)."""
+        """Lark BNF for node ("" for the empty text). Alternations, optionals and repetitions
+        become rules of their own: lark turns inline `(a|b)`, `x?` and `x*` into copies of the
+        enclosing expansion, 2^k of them for k in one rule."""
         if not has_rule(node):
             return self.terminal(node)
         if isinstance(node, Atom):
@@ -85,16 +90,36 @@ class _LarkWriter:
         if isinstance(node, Seq):
             return " ".join(p for p in map(self.expr, _runs(node.items)) if p)
         if isinstance(node, Alt):
-            options = [self.expr(o) for o in node.options]
-            body = " | ".join(dict.fromkeys(o for o in options if o))
-            return f"({body})" + ("?" if "" in options else "")
-        inner = self.expr(node.item)
-        return _repeat(f"({inner})", node.lo, node.hi) if inner else ""
+            return self._helper(list(dict.fromkeys(self.expr(o) for o in node.options)))
+        item = self.expr(node.item)
+        return self._repeat(item, node.lo, node.hi) if item else ""
+
+    def _repeat(self, item: str, lo: int, hi: int | None) -> str:
+        """item repeated lo..hi times: the required copies, then a left-recursive rule for an
+        unbounded rest, or a chain of optional rules for a bounded one."""
+        rest = ""
+        if hi is None:
+            rest = self.stars.get(item, "")
+            if not rest:
+                rest = self.stars[item] = f"_h{len(self.helpers)}"
+                self.helpers[f"{rest} {item} | "] = rest
+        else:
+            for _ in range(hi - lo):
+                rest = self._helper([f"{item} {rest}".strip(), ""])
+        return " ".join([item] * lo + ([rest] if rest else []))
+
+    def _helper(self, options: list[str]) -> str:
+        """A rule whose alternatives are options ("" an empty one); one per distinct body."""
+        body = " | ".join(options) if options != [""] else ""
+        if not body.strip():
+            return ""
+        name = self.helpers.setdefault(body, f"_h{len(self.helpers)}")
+        return name
 
     def terminal(self, node: Node) -> str:
         if nullable(node):
             node = nonempty(node)
-            return "" if node is None else self.terminal(node) + "?"
+            return "" if node is None else self._helper([self.terminal(node), ""])
         regex = to_regex(node)
         name = self.terminals.setdefault(regex, f"T{len(self.terminals)}")
         return name
@@ -117,16 +142,6 @@ def _runs(items: tuple) -> list[Node]:
     if run:
         out.append(Seq(tuple(run)))
     return out
-
-
-def _repeat(expr: str, lo: int, hi: int | None) -> str:
-    if hi is None:
-        return expr + "*" if lo == 0 else expr + "+" if lo == 1 else f"{expr} ~ {lo} {expr}*"
-    if (lo, hi) == (0, 1):
-        return expr + "?"
-    if lo == 0:
-        return f"({expr} ~ 1..{hi})?"
-    return f"{expr} ~ {lo}..{hi}" if lo != hi else f"{expr} ~ {lo}"
 
 
 _ESCAPE_OR_SLASH = re.compile(r"\\(?:x\{([0-9a-fA-F]+)\}|u\{([0-9a-fA-F]+)\}|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})"

@@ -130,13 +130,21 @@ def min_bytes(node: Node, rules: dict[str, int]) -> int:
 def max_optional_bytes(node: Node, rules: dict[str, int]) -> int:
     """The longest shortest text of an optional or repeated part of node (an alternative, a
     repetition's item): what one token may commit to once it takes that part."""
+    return _sizes(node, rules)[1]
+
+
+def _sizes(node: Node, rules: dict[str, int]) -> tuple[int, int]:
+    """(min_bytes, max_optional_bytes) in one walk."""
     if isinstance(node, Atom):
-        return 0
+        return min_bytes(node, rules), 0
     if isinstance(node, Seq):
-        return max((max_optional_bytes(x, rules) for x in node.items), default=0)
+        sizes = [_sizes(x, rules) for x in node.items]
+        return sum(m for m, _ in sizes), max((o for _, o in sizes), default=0)
     if isinstance(node, Alt):
-        return max(max(min_bytes(o, rules), max_optional_bytes(o, rules)) for o in node.options)
-    return max(min_bytes(node.item, rules), max_optional_bytes(node.item, rules))
+        sizes = [_sizes(o, rules) for o in node.options]
+        return min(m for m, _ in sizes), max(max(m, o) for m, o in sizes)
+    m, o = _sizes(node.item, rules)
+    return node.lo * m, max(m, o)
 
 
 def _alt(options: list[Node]) -> Node | None:
