@@ -5,9 +5,10 @@ values, response_format json_object).
 json_schema compiles the schema as for the regex path, except that a position reached again inside
 itself becomes a rule, referred to by a placeholder (compile_json_schema_rules). Each regex is then
 cut at its placeholders (regex_tree): the rule-free stretches of a sequence become terminals, the
-structure around placeholders (sequence, alternation, repetition) becomes Lark EBNF. A stretch
-that may match the empty string is written as its nonempty form, made optional (lark terminals
-cannot be empty). The grammar's language is the regex path's language with every placeholder
+structure around placeholders becomes plain BNF: each alternation, optional and repetition is a
+helper rule (lark would copy the enclosing expansion for each inline one: 2^k copies), unbounded
+repetition left-recursive. A stretch that may match the empty string is written as its nonempty
+form, made optional (lark terminals cannot be empty). The grammar's language is the regex path's language with every placeholder
 expanded, so the contract of json_schema (soundness, whitespace, key order) carries over.
 """
 from __future__ import annotations
