@@ -142,10 +142,20 @@ class Grammar:
 
 def write_row(bitmask: torch.Tensor, row: int, words: torch.Tensor, vocab_size: int) -> None:
     """Copy one packed mask row into bitmask[row], checking the widths agree."""
+    _check_width(bitmask, words, vocab_size)
+    bitmask[row].copy_(words)
+
+
+def stack_rows(bitmask: torch.Tensor, rows: list[torch.Tensor], vocab_size: int) -> None:
+    """bitmask[i] = rows[i] for every row, in one copy (rows from Matcher.next_token_row)."""
+    _check_width(bitmask, rows[0], vocab_size)
+    torch.stack(rows, out=bitmask)
+
+
+def _check_width(bitmask: torch.Tensor, words: torch.Tensor, vocab_size: int) -> None:
     if bitmask.shape[-1] != words.shape[0]:
         raise ValueError(f"bitmask has {bitmask.shape[-1]} words per row; this grammar's "
                          f"vocab_size {vocab_size} needs {words.shape[0]}")
-    bitmask[row].copy_(words)
 
 
 class StateWalk:

@@ -6,6 +6,7 @@ import torch
 
 from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
+from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
@@ -45,10 +46,7 @@ class GuidedDecoder:
         words = [seqs[i].matcher.next_token_row(seqs[i].max_tokens - seqs[i].num_output_tokens - 2)
                  for i in rows]
         bitmask = self._buffer(len(rows), logits.device)
-        if words[0].shape[0] != bitmask.shape[1]:
-            raise ValueError(f"a grammar's mask rows have {words[0].shape[0]} words, the model's "
-                             f"vocabulary needs {bitmask.shape[1]}")
-        torch.stack(words, out=bitmask)
+        stack_rows(bitmask, words, self.vocab_size)
         indices = torch.tensor(rows).to(logits.device, non_blocking=True)
         apply_token_bitmask(logits, bitmask.to(logits.device, non_blocking=True), indices)
 
