@@ -69,6 +69,8 @@ class SamplingParams:
     logprobs: int | None = None             # number of top logprobs; 0: only the sampled token's
     skip_special_tokens: bool = True
     guided: GuidedDecodingParams | None = None  # constrain the output (JSON Schema, regex, ...)
+    # "cumulative": an output at every step (streaming); "final_only": one when it finishes
+    output_kind: str = "cumulative"
 
     def __post_init__(self) -> None:
         self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -85,6 +87,8 @@ class SamplingParams:
 
     def _validate(self) -> None:
         _check(self.n >= 1, "n", ">= 1", self.n)
+        _check(self.output_kind in ("cumulative", "final_only"), "output_kind",
+               "'cumulative' or 'final_only'", self.output_kind)
         if self.max_tokens is not None:
             _check(self.max_tokens >= 1, "max_tokens", ">= 1 (or None)", self.max_tokens)
         _check(self.temperature >= 0, "temperature", ">= 0", self.temperature)

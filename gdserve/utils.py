@@ -1,6 +1,8 @@
 import dataclasses
 import functools
 
+import torch
+
 
 def reject_unknown_fields(what: str):
     """Class decorator for a dataclass: an unknown keyword raises ValueError naming it (the
@@ -19,3 +21,9 @@ def reject_unknown_fields(what: str):
         cls.__init__ = __init__
         return cls
     return wrap
+
+
+def to_device(data, dtype, device):
+    """A host list (or nested lists) as a tensor on device. The copy is non-blocking: a blocking
+    host-to-device copy waits for the GPU's queue, which would serialize the step's host work."""
+    return torch.tensor(data, dtype=dtype).to(device, non_blocking=True)

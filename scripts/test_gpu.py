@@ -135,6 +135,26 @@ def bench_decode(copy_gbs: float) -> dict:
                    default_fraction_of_copy=round(kv_bytes / default_ms / 1e6 / copy_gbs, 3))
     results["target_met"] = results["default_fraction_of_copy"] >= 0.70
     results["long_context"] = bench_split_k()
+    results["ragged"] = bench_ragged(copy_gbs)
+    return results
+
+
+def bench_ragged(copy_gbs: float) -> dict:
+    """What the engine's decode steps see: batch 256, contexts uniform in [128, 1536], max_len 8192
+    (CUDA graphs are captured at max_model_len), auto split-K against fixed partition sizes."""
+    import torch
+    from gdserve.kernels.triton.paged_attention import decode_attention_triton
+    batch, context, max_len = 256, 1536, 8192
+    q, k_cache, v_cache, tables, lens, _ = decode_case(batch, context)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    lens = torch.randint(128, context + 1, (batch,), device="cuda", generator=gen, dtype=torch.int32)
+    kv_bytes = 2 * int(lens.sum()) * 8 * 128 * 2
+    scale = 128 ** -0.5
+    results = {"shape": f"batch {batch}, contexts uniform in [128, {context}], max_len {max_len}"}
+    for name, partition in (("auto", None), ("one_split", max_len), ("p512", 512), ("p256", 256), ("p128", 128)):
+        ms = median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, max_len, scale,
+                                                       partition_size=partition))
+        results[name] = {"ms": round(ms, 4), "fraction_of_copy": round(kv_bytes / ms / 1e6 / copy_gbs, 3)}
     return results
 
 
@@ -187,12 +207,14 @@ def make_prompts(n: int = 16, vocab: int = 49152) -> list[list[int]]:
     return prompts
 
 
-def hf_model_from(ours, hf_config):
-    """transformers' Llama with our engine's weights (each HF tensor read off its slice of ours)."""
+def hf_model_from(ours, hf_config, dtype=None):
+    """transformers' Llama with our engine's weights (each HF tensor read off its slice of ours),
+    in dtype (default: ours). Built as from_pretrained builds it: the rotary inv_freq stays float32
+    (a model cast with .to(bfloat16) rounds it, and its rotations drift with the position)."""
     import torch
-    from transformers import LlamaForCausalLM as HFLlama
+    from transformers import AutoModelForCausalLM
     with torch.device(DEVICE):
-        hf = HFLlama(hf_config).to(ours.lm_head.weight.dtype).eval()
+        hf = AutoModelForCausalLM.from_config(hf_config, dtype=dtype or ours.lm_head.weight.dtype).eval()
     state = {name: ours._target(name).detach() for name in hf.state_dict() if not name.endswith("inv_freq")}
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and all(name.endswith("inv_freq") for name in missing), (missing, unexpected)
@@ -254,7 +276,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         ours_lp = getattr(ours_lp, "logprob", ours_lp)
         first_lp_err.append(abs(float(ours_lp) - float(hf_first_logprobs(hf, p)[token])))
     if dtype == "bfloat16":  # how far bf16 sits from float32 on these weights, ours and HF's
-        hf32 = hf_model_from(llm.engine.model, hf.config).float()
+        hf32 = hf_model_from(llm.engine.model, hf.config, torch.float32)
         truth = [hf_first_logprobs(hf32, p) for p in prompts]
         ours_vs_fp32 = [abs(float(getattr(o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]], "logprob",
                                               o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]])) -
@@ -312,6 +334,7 @@ def main() -> int:
         f"(target 70%: {'met' if bench['target_met'] else 'NOT met'}); best config {bench['best']}; "
         f"reference {bench['reference_ms']} ms ({bench['speedup_vs_reference']}x)")
     log(f"split-K, {bench['long_context']}")
+    log(f"ragged, {bench['ragged']}")
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "
         f"identical {engine.get('identical_fraction')} divergences {engine.get('divergences', engine.get('error'))}")

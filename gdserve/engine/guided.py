@@ -10,6 +10,7 @@ from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.utils import to_device
 
 
 class GuidedDecoder:
@@ -36,9 +37,9 @@ class GuidedDecoder:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        """Mask row i of logits by seqs[i]'s matcher, for every guided sequence, in one apply.
-        Runs while the GPU computes the step's forward; the rows go over in one pinned copy."""
-        rows = [i for i, seq in enumerate(seqs) if seq.matcher is not None]
+        """Mask row i of logits by seqs[i]'s matcher, for every guided sequence still running, in
+        one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy."""
+        rows = [i for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
         if not rows:
             return
         # After this token, max_tokens leaves this many for the rest and EOS: the matcher keeps
@@ -47,12 +48,12 @@ class GuidedDecoder:
                  for i in rows]
         bitmask = self._buffer(len(rows), logits.device)
         stack_rows(bitmask, words, self.vocab_size)
-        indices = torch.tensor(rows).to(logits.device, non_blocking=True)
+        indices = to_device(rows, torch.int64, logits.device)
         apply_token_bitmask(logits, bitmask.to(logits.device, non_blocking=True), indices)
 
     def _buffer(self, num_rows: int, device: torch.device) -> torch.Tensor:
-        """Host rows for the step's bitmask, pinned when the logits are on CUDA (the copy is
-        async; the next fill starts after the step's sampling has synchronized)."""
+        """Host rows for the step's bitmask, pinned when the logits are on CUDA. The copy is async;
+        the next fill comes after the engine has waited for this step's sampled tokens."""
         if self._bitmask.shape[0] < num_rows or (device.type == "cuda") != self._bitmask.is_pinned():
             size = max(num_rows, 2 * self._bitmask.shape[0])
             self._bitmask = allocate_token_bitmask(size, self.vocab_size)

@@ -1,4 +1,5 @@
 """The offline API: batch generation on the engine, in the caller's thread."""
+import dataclasses
 from collections.abc import Sequence as SequenceABC
 
 from gdserve.config import EngineConfig
@@ -64,6 +65,7 @@ class LLM:
         ids = []
         try:
             for (text, token_ids), p, grammar in zip(prompts, params, grammars):
+                p = dataclasses.replace(p, output_kind="final_only")  # nothing streams here
                 ids.append(engine.add_request(token_ids, p, prompt=text, grammar=grammar))
         except ValueError:
             for request_id in ids:

@@ -11,8 +11,8 @@ from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.guided import GuidedDecoder
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
-from gdserve.engine.request import Sequence, SequenceStatus
-from gdserve.engine.sampler import Sampler, SamplingBatch
+from gdserve.engine.request import PLACEHOLDER, Sequence, SequenceStatus
+from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import Scheduler
 from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
 from gdserve.grammar import Grammar
@@ -40,6 +40,15 @@ class EngineStats:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
 
+@dataclass
+class PendingSample:
+    """A step's sampled tokens: on the device, where the next step's inputs read them, and on
+    their way to the host, where the engine takes them in during the next step."""
+    seqs: list[Sequence]
+    token_ids: torch.Tensor      # [N] on the device
+    host: HostSamplerOutput
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -60,6 +69,10 @@ class LLMEngine:
         self.sampler = Sampler()
         self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
                                     config.grammar_compile_timeout_s, config.grammar_compile_workers)
+        # Overlap each step's host work with the device's forward (where the forward is asynchronous).
+        self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
+                                 else self.device.type == "cuda")
+        self._pending: PendingSample | None = None
         self.requests: dict[str, list[Sequence]] = {}
         self.prompts: dict[str, str | None] = {}
         self.errors: dict[str, str] = {}
@@ -154,7 +167,7 @@ class LLMEngine:
         self.errors.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self.compiling)
+        return self.scheduler.has_unfinished() or bool(self.compiling) or self._pending is not None
 
     def close(self) -> None:
         self.guided.close()
@@ -188,41 +201,68 @@ class LLMEngine:
     # ---- the loop --------------------------------------------------------------------------
     @torch.inference_mode()  # the logits are inference tensors: penalties update them in place
     def step(self) -> list[RequestOutput]:
-        """Run one batch; return an output for each request that gained a token or finished."""
+        """Run one batch; return an output for each request that gained a token or finished.
+
+        With async_scheduling a step's sampled tokens stay on the device (the next step's inputs
+        read them there) and reach the host during the next step, while the device runs its
+        forward: the step returns the outputs of the one before it. A sequence that turns out to
+        have finished has had one more row computed, whose token is dropped."""
         failed = self._admit_compiled()
         batch = self.scheduler.schedule()
         if batch.is_empty:
-            if self.compiling and not failed:  # nothing to run until a grammar is ready
+            outputs = self._take_pending()
+            if self.compiling and not failed and not outputs:  # nothing to run until a grammar is ready
                 wait(self.compiling.values(), timeout=0.05, return_when=FIRST_COMPLETED)
-            return failed
+            return failed + outputs
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
-        logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows)
+        pending_token_ids = self._pending.token_ids if self._pending is not None else None
+        logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids)
+        outputs = self._take_pending()
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
-            self.kv_cache.cache_full_blocks(seq)
+            if not seq.is_finished:
+                self.kv_cache.cache_full_blocks(seq)
         sampled = [batch.seqs[i] for i in sample_rows]
         if sampled:
             self.guided.apply_bitmask(logits, sampled)
-            self._sample_and_append(sampled, logits)
-        return failed + self._collect_outputs(sampled)
+            self._pending = self._sample(sampled, logits)
+            if not self.async_scheduling:
+                outputs += self._take_pending()
+        return failed + outputs
 
-    def _sample_and_append(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> PendingSample:
+        """Sample every row; a sequence still running holds a PLACEHOLDER for its token."""
         stop_ids_until_min = [self._min_tokens_stop_ids(s) for s in seqs]
         batch = SamplingBatch.build([s.params for s in seqs], [s.token_ids for s in seqs],
                                     [s.num_prompt_tokens for s in seqs],
                                     [s.generator for s in seqs], stop_ids_until_min,
                                     logits.shape[-1], logits.device)
         out = self.sampler(logits, batch)
-        token_ids = out.token_ids.tolist()
-        logprobs = out.logprobs.tolist() if out.logprobs is not None else None
-        top = None
-        if out.top_logprobs is not None:
-            top = (out.top_logprobs[0].tolist(), out.top_logprobs[1].tolist())
-        for row, (seq, token_id) in enumerate(zip(seqs, token_ids)):
+        for row, seq in enumerate(seqs):
+            if not seq.is_finished:
+                seq.token_ids.append(PLACEHOLDER)
+                seq.pending_row = row
+        return PendingSample(seqs, out.token_ids, out.to_host())
+
+    def _take_pending(self) -> list[RequestOutput]:
+        """Wait for the last sampled tokens to reach the host and take them in."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return []
+        token_ids, logprobs, top = pending.host.wait()
+        taken = []
+        for row, (seq, token_id) in enumerate(zip(pending.seqs, token_ids)):
+            if seq.is_finished:  # before its row was sampled, or aborted since: the token is dropped
+                if seq.token_ids[-1] == PLACEHOLDER:
+                    seq.token_ids.pop()
+                continue
+            seq.token_ids[-1] = token_id
             if logprobs is not None:
                 self._record_logprobs(seq, token_id, logprobs[row], top, row)
-            self._append_token(seq, token_id)
+            self._check_finished(seq, token_id)
+            taken.append(seq)
+        return self._collect_outputs(taken)
 
     def _min_tokens_stop_ids(self, seq: Sequence) -> set[int]:
         # A guided sequence ends when its grammar says so: blocking EOS could leave no token.
@@ -240,8 +280,8 @@ class LLMEngine:
             entry.update((t, lp) for t, lp in zip(top[0][row][:k], top[1][row][:k]) if t not in entry)
         seq.logprobs.append(entry)
 
-    def _append_token(self, seq: Sequence, token_id: int) -> None:
-        seq.token_ids.append(token_id)
+    def _check_finished(self, seq: Sequence, token_id: int) -> None:
+        """seq has just gained token_id: advance its matcher and detokenizer, finish it if due."""
         params = seq.params
         if seq.matcher is not None and not seq.matcher.accept_token(token_id):
             self.errors[seq.request_id] = f"token {token_id} was sampled outside the grammar's mask"
@@ -267,7 +307,14 @@ class LLMEngine:
         self.scheduler.finish(seq)
 
     def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
-        return [self._pop_output(r) for r in dict.fromkeys(s.request_id for s in seqs)]
+        """Outputs of the requests these sequences belong to; a final_only request's only once
+        it has finished."""
+        request_ids = dict.fromkeys(s.request_id for s in seqs)
+        return [self._pop_output(r) for r in request_ids if self._wants_output(r)]
+
+    def _wants_output(self, request_id: str) -> bool:
+        seqs = self.requests[request_id]
+        return seqs[0].params.output_kind == "cumulative" or all(s.is_finished for s in seqs)
 
     def _pop_output(self, request_id: str) -> RequestOutput:
         """The request's output; a finished request is forgotten."""

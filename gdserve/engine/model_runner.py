@@ -1,11 +1,14 @@
 """Owns the model and its KV cache; turns a scheduled batch into one forward pass."""
+import itertools
+
 import torch
 
 from gdserve.engine.cuda_graph import CudaGraphRunner
-from gdserve.engine.request import Sequence
+from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.config import ModelConfig
+from gdserve.utils import to_device
 
 
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -36,16 +39,20 @@ class ModelRunner:
         self.cuda_graphs.capture()
 
     @torch.inference_mode()
-    def execute(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int]) -> torch.Tensor:
+    def execute(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
+                pending_token_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Run one forward over the batch and return the logits [len(sample_rows), V] of the
-        last new token of each sequence in sample_rows (indices into seqs)."""
-        input_ids, positions, meta, last_index = self._prepare(seqs, num_new_tokens)
+        last new token of each sequence in sample_rows (indices into seqs). An input that is a
+        PLACEHOLDER is read from pending_token_ids (the last sampled batch, still on the device)
+        at the sequence's pending_row. Nothing here waits for the device."""
+        input_ids, positions, meta, logits_index = self._prepare(seqs, num_new_tokens, sample_rows,
+                                                                 pending_token_ids)
         graphs = self.cuda_graphs
         if graphs is not None and meta.num_decodes == len(seqs) <= graphs.max_batch:
             hidden = graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, meta)
-        return self.model.compute_logits(hidden[last_index[sample_rows]])
+        return self.model.compute_logits(hidden[logits_index])
 
     @torch.inference_mode()
     def embed(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
@@ -53,13 +60,14 @@ class ModelRunner:
         final-normed hidden states, L2-normalized, as float32 [hidden]."""
         positions, meta = AttentionMetadata.build([block_table], [0], [len(token_ids)],
                                                   self.block_size, self.device)
-        input_ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device)
+        input_ids = to_device(token_ids, torch.int64, self.device)
         hidden = self.model(input_ids, positions, meta).float()  # [T, hidden]
         return torch.nn.functional.normalize(hidden.mean(0), dim=0).cpu()
 
-    def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int]):
+    def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
+                 pending_token_ids: torch.Tensor | None):
         # Attention wants single-token sequences first (sorted by context length, which lets it
-        # group them with little padding); last_index maps back to the caller's order.
+        # group them with little padding); logits_index maps the caller's sample_rows to tokens.
         order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
         seqs = [seqs[i] for i in order]
         num_new_tokens = [num_new_tokens[i] for i in order]
@@ -67,7 +75,16 @@ class ModelRunner:
         input_ids = [t for s, start, n in zip(seqs, starts, num_new_tokens) for t in s.token_ids[start:start + n]]
         positions, meta = AttentionMetadata.build([s.block_table for s in seqs], starts, num_new_tokens,
                                                   self.block_size, self.device)
-        last_index = torch.empty(len(order), dtype=torch.int64)
-        last_index[order] = torch.tensor(num_new_tokens).cumsum(0) - 1
-        input_ids = torch.tensor(input_ids, dtype=torch.int64).to(self.device, non_blocking=True)
-        return input_ids, positions, meta, last_index.to(self.device)
+        last_index = [0] * len(order)  # in the caller's order
+        pending = []                   # (flat index, pending_row) of inputs still on the device
+        for i, seq, n, end in zip(order, seqs, num_new_tokens, itertools.accumulate(num_new_tokens)):
+            last_index[i] = end - 1
+            if seq.token_ids[-1] == PLACEHOLDER and seq.num_computed_tokens + n == seq.num_tokens:
+                pending.append((end - 1, seq.pending_row))
+        input_ids = to_device(input_ids, torch.int64, self.device)
+        if pending:
+            flat, rows = zip(*pending)
+            input_ids[to_device(flat, torch.int64, self.device)] = \
+                pending_token_ids[to_device(rows, torch.int64, self.device)]
+        logits_index = to_device([last_index[i] for i in sample_rows], torch.int64, self.device)
+        return input_ids, positions, meta, logits_index

@@ -9,6 +9,11 @@ from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.sampling_params import SamplingParams
 
 
+# Stands in token_ids for a token sampled on the device and not yet read back (async scheduling):
+# the next step takes its input from the device, and the engine writes the value in when it lands.
+PLACEHOLDER = -1
+
+
 class SequenceStatus(enum.Enum):
     WAITING = enum.auto()
     RUNNING = enum.auto()
@@ -36,6 +41,7 @@ class Sequence:
     num_registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     num_cached_tokens: int = 0    # prompt tokens served by the prefix cache at admission
     num_preemptions: int = 0
+    pending_row: int = -1         # row of its in-flight token (the PLACEHOLDER) in the last sampled batch
     text: str = ""                # detokenized output released so far (stop strings cut)
     logprobs: list[dict[int, float]] = field(default_factory=list)
     cumulative_logprob: float = 0.0

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from gdserve.sampling_params import SamplingParams
+from gdserve.utils import to_device
 
 # Temperatures below this are treated as greedy (dividing by them would overflow).
 _GREEDY_TEMPERATURE = 1e-5
@@ -60,13 +61,13 @@ class SamplingBatch:
         logprobs = [p.logprobs for p in params if p.logprobs is not None]
         return cls(
             sample_rows=_long(sampled, device),
-            temperature=torch.tensor([p.temperature for p in sp], device=device).unsqueeze(1),
+            temperature=_float([p.temperature for p in sp], device).unsqueeze(1),
             top_k=(_long([p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in sp], device)
                    if top_ks else None),
             max_top_k=max(top_ks, default=0),
-            top_p=(torch.tensor([p.top_p for p in sp], device=device)
+            top_p=(_float([p.top_p for p in sp], device)
                    if any(p.top_p < 1 for p in sp) else None),
-            min_p=(torch.tensor([p.min_p for p in sp], device=device)
+            min_p=(_float([p.min_p for p in sp], device)
                    if any(p.min_p > 0 for p in sp) else None),
             seeded=seeded,
             all_seeded=len(seeded) == len(sampled),
@@ -79,7 +80,11 @@ class SamplingBatch:
 
 
 def _long(values: list[int], device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.long, device=device)
+    return to_device(values, torch.long, device)
+
+
+def _float(values: list[float], device) -> torch.Tensor:
+    return to_device(values, torch.float32, device)
 
 
 def _logit_bias(params: list[SamplingParams], device) -> tuple[torch.Tensor, ...] | None:
@@ -88,7 +93,7 @@ def _logit_bias(params: list[SamplingParams], device) -> tuple[torch.Tensor, ...
     if not entries:
         return None
     rows, tokens, biases = zip(*entries)
-    return _long(rows, device), _long(tokens, device), torch.tensor(biases, device=device)
+    return _long(rows, device), _long(tokens, device), _float(biases, device)
 
 
 def _min_tokens_mask(stop_ids_until_min: list[set[int]], device) -> tuple[torch.Tensor, ...] | None:
@@ -115,7 +120,7 @@ def _repetition(params, token_ids, vocab_size, device) -> RepetitionPenalty | No
     ids = [token_ids[i] for i in rows]  # prompt and output
     return RepetitionPenalty(
         rows=_long(rows, device),
-        penalty=torch.tensor([params[i].repetition_penalty for i in rows], device=device).unsqueeze(1),
+        penalty=_float([params[i].repetition_penalty for i in rows], device).unsqueeze(1),
         seen=_token_counts(ids, vocab_size, device) > 0)
 
 
@@ -125,8 +130,8 @@ def _frequency_presence(params, token_ids, num_prompt_tokens, vocab_size, device
         return None
     return FrequencyPresencePenalty(
         rows=_long(rows, device),
-        frequency=torch.tensor([params[i].frequency_penalty for i in rows], device=device).unsqueeze(1),
-        presence=torch.tensor([params[i].presence_penalty for i in rows], device=device).unsqueeze(1),
+        frequency=_float([params[i].frequency_penalty for i in rows], device).unsqueeze(1),
+        presence=_float([params[i].presence_penalty for i in rows], device).unsqueeze(1),
         counts=_token_counts([token_ids[i][num_prompt_tokens[i]:] for i in rows], vocab_size, device))
 
 
@@ -135,6 +140,34 @@ class SamplerOutput:
     token_ids: torch.Tensor                  # [N] long
     logprobs: torch.Tensor | None            # [N] float: log-prob of the sampled token
     top_logprobs: tuple[torch.Tensor, torch.Tensor] | None  # ids [N, k], log-probs [N, k], descending
+
+    def to_host(self) -> "HostSamplerOutput":
+        """Start copying to host memory behind the sampling kernels (pinned and non-blocking
+        on CUDA): the caller goes on while the device works, and reads them with wait()."""
+        def copy(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to("cpu", non_blocking=True)
+        top = None if self.top_logprobs is None else (copy(self.top_logprobs[0]), copy(self.top_logprobs[1]))
+        host = HostSamplerOutput(copy(self.token_ids), copy(self.logprobs), top, None)
+        if self.token_ids.is_cuda:
+            host.ready = torch.cuda.Event()
+            host.ready.record()
+        return host
+
+
+@dataclass
+class HostSamplerOutput:
+    token_ids: torch.Tensor
+    logprobs: torch.Tensor | None
+    top_logprobs: tuple[torch.Tensor, torch.Tensor] | None
+    ready: "torch.cuda.Event | None"         # recorded after the copies (CUDA)
+
+    def wait(self) -> tuple[list[int], list[float] | None, tuple[list, list] | None]:
+        """Block until the copies have landed; (token ids, logprobs, (top ids, top logprobs))."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        logprobs = self.logprobs.tolist() if self.logprobs is not None else None
+        top = None if self.top_logprobs is None else (self.top_logprobs[0].tolist(), self.top_logprobs[1].tolist())
+        return self.token_ids.tolist(), logprobs, top
 
 
 class Sampler:

@@ -42,6 +42,8 @@ class Scheduler:
                 break
             if seq.status != SequenceStatus.RUNNING:  # preempted earlier in this loop
                 continue
+            if seq.num_output_tokens >= seq.max_tokens:  # its last token is still in flight
+                continue
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             if not self._allocate_or_preempt(seq, num_new, batch):
                 continue

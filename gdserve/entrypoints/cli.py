@@ -10,7 +10,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (default: 8192 on CUDA, 2048 on CPU)")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -18,6 +18,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
     parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                        help="read sampled tokens back during the next step's forward (default: on CUDA)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -26,7 +28,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
-                grammar_compile_timeout_s=args.grammar_compile_timeout_s, enforce_eager=args.enforce_eager)
+                grammar_compile_timeout_s=args.grammar_compile_timeout_s, enforce_eager=args.enforce_eager,
+                async_scheduling=args.async_scheduling)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -24,25 +25,36 @@ class AttentionMetadata:
               block_size: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, "AttentionMetadata"]:
         """Sequence i adds tokens at positions starts[i] .. starts[i] + query_lens[i] - 1; sequences
         with query_len 1 must come first. Returns (positions [T], metadata)."""
-        positions, slots = [], []
-        for table, start, q_len in zip(block_tables, starts, query_lens):
-            for p in range(start, start + q_len):
-                positions.append(p)
-                slots.append(table[p // block_size] * block_size + p % block_size)
-        width = max(map(len, block_tables))
-        padded = [t + [0] * (width - len(t)) for t in block_tables]
-        seq_lens = [s + q for s, q in zip(starts, query_lens)]
-        num_decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
-        query_start_loc = [0, *itertools.accumulate(query_lens)]
-        meta = cls(slot_mapping=_to(slots, torch.int64, device), block_tables=_to(padded, torch.int32, device),
-                   query_lens=list(query_lens), seq_lens=seq_lens,
-                   seq_lens_tensor=_to(seq_lens, torch.int32, device), num_decodes=num_decodes,
-                   query_start_loc=_to(query_start_loc, torch.int32, device))
-        return _to(positions, torch.int64, device), meta
+        q_lens = np.asarray(query_lens, dtype=np.int64)
+        seq_lens = np.asarray(starts, dtype=np.int64) + q_lens
+        query_start_loc = np.zeros(len(q_lens) + 1, dtype=np.int64)
+        np.cumsum(q_lens, out=query_start_loc[1:])
+        seq_of_token = np.repeat(np.arange(len(q_lens)), q_lens)
+        # token t of sequence i sits at starts[i] + (t - query_start_loc[i])
+        positions = np.arange(query_start_loc[-1]) + np.repeat(seq_lens - q_lens - query_start_loc[:-1], q_lens)
+        tables = _padded(block_tables)
+        slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
+        num_decodes = int(np.argmax(q_lens != 1)) if (q_lens != 1).any() else len(q_lens)
+        meta = cls(slot_mapping=_to(slots, device), block_tables=_to(tables.astype(np.int32), device),
+                   query_lens=list(query_lens), seq_lens=seq_lens.tolist(),
+                   seq_lens_tensor=_to(seq_lens.astype(np.int32), device), num_decodes=num_decodes,
+                   query_start_loc=_to(query_start_loc.astype(np.int32), device))
+        return _to(positions, device), meta
 
 
-def _to(data: list, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    return torch.tensor(data, dtype=dtype).to(device, non_blocking=True)
+def _padded(block_tables: list[list[int]]) -> np.ndarray:
+    """[S, max_blocks] int64, zero-padded: one flat fill instead of a row per sequence."""
+    lens = np.fromiter(map(len, block_tables), dtype=np.int64, count=len(block_tables))
+    flat = np.fromiter(itertools.chain.from_iterable(block_tables), dtype=np.int64, count=int(lens.sum()))
+    tables = np.zeros((len(block_tables), int(lens.max(initial=0))), dtype=np.int64)
+    starts = np.repeat(np.cumsum(lens) - lens, lens)
+    tables[np.repeat(np.arange(len(lens)), lens), np.arange(len(flat)) - starts] = flat
+    return tables
+
+
+def _to(array: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """Non-blocking: the step's host work does not wait for the GPU's queue."""
+    return torch.from_numpy(array).to(device, non_blocking=True)
 
 
 class Attention(nn.Module):
