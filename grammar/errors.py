@@ -19,3 +19,7 @@ class GrammarError(ValueError):
 class RecursiveSchemaError(GrammarError):
     """A JSON Schema whose $refs form a cycle: no regex can hold it (compile_grammar then takes
     the grammar path, json_schema_cfg)."""
+
+
+class UnsatisfiableSchemaError(GrammarError):
+    """A JSON Schema that no JSON value satisfies: nothing could ever be generated for it."""

@@ -84,9 +84,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.errors import GrammarError, UnsatisfiableSchemaError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
-from gdserve.grammar.json_numbers import decimal_range_regex, int_range_regex
+from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_range_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
@@ -249,7 +249,7 @@ class _Compiler(Normalizer):
     def compile_root(self) -> str:
         rx = self.compile([_Sub(self.root, "", frozenset())])
         if rx is None:
-            raise GrammarError(self.unsat[0] if self.unsat else "schema is unsatisfiable: no JSON value matches it")
+            raise UnsatisfiableSchemaError(self.unsat[0] if self.unsat else "schema is unsatisfiable: no JSON value matches it")
         return rx
 
     def compile(self, conj: list[_Sub], width: int = 1) -> str | None:
@@ -342,7 +342,8 @@ class _Compiler(Normalizer):
             if bools:
                 parts.append(bools[0] if len(bools) == 1 else "(?:true|false)")
         if "integer" in types or "fraction" in types:
-            parts.append(self._number(n, types))
+            parts.append(self._number_excluding(n, types, [v for v in excluded if "integer" in _value_types(v)
+                                                           or "fraction" in _value_types(v)]))
         if "string" in types:
             parts.append(self._string(n, [v for v in excluded if isinstance(v, str)]))
         if "object" in types:
@@ -363,7 +364,7 @@ class _Compiler(Normalizer):
             vt = _value_types(v)
             if not vt & types:
                 continue
-            if vt & {"integer", "fraction", "object", "array"}:
+            if vt & {"object", "array"}:
                 self.unsupported("not", n.ptr, f"excluding the value {json.dumps(v)[:40]}")
                 continue
             out.append(v)
@@ -473,6 +474,22 @@ class _Compiler(Normalizer):
         return re.compile(rx if rx is not None else "(?!)")
 
     # ---- numbers
+
+    def _number_excluding(self, n: _Node, types: set, excluded: list) -> str | None:
+        """n's numbers other than the excluded ones: the range cut at each (exclusive bounds)."""
+        cuts = sorted({Decimal(str(v)) for v in excluded})
+        cuts = [v for v in cuts if (n.lo is None or v > n.lo.value or v == n.lo.value and not n.lo.exclusive)
+                and (n.hi is None or v < n.hi.value or v == n.hi.value and not n.hi.exclusive)]
+        if not cuts:
+            return self._number(n, types)
+        pieces, lo, lo_src = [], n.lo, n.lo_src
+        for v in cuts:
+            src = ("not", n.ptr, float(v) if v != v.to_integral_value() else int(v))
+            pieces.append(self._number(replace(n, lo=lo, lo_src=lo_src, hi=Bound(v, True), hi_src=src), types))
+            lo, lo_src = Bound(v, True), src
+        pieces.append(self._number(replace(n, lo=lo, lo_src=lo_src), types))
+        pieces = [p for p in pieces if p is not None]
+        return "(?:" + "|".join(pieces) + ")" if pieces else None
 
     def _number(self, n: _Node, types: set) -> str | None:
         is_num = "fraction" in types
@@ -754,6 +771,10 @@ class _Compiler(Normalizer):
             return self._array_body(n)
 
     def _array_body(self, n: _Node) -> str | None:
+        if n.contains:
+            rx = self._contains_array(n)
+            if rx is not False:
+                return rx
         sep = f"{self.wsi},{self.wsb}"
         lo, hi = n.min_items, n.max_items
         prefix: list[str] = []
@@ -802,6 +823,43 @@ class _Compiler(Normalizer):
         if lo == 0:
             return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
         return f"\\[{self.wsb}{body}{self.wsb}\\]"
+
+    def _contains_array(self, n: _Node) -> str | None | bool:
+        """contains / minContains / maxContains: every item either matches the contains schema (A:
+        items and contains) or not (B: items and the negation of contains), and the A items number
+        minContains .. maxContains. False (lenient) to build the array without it."""
+        if len(n.contains) > 1 or n.prefix or n.min_items or n.max_items is not None or n.unique:
+            self.unsupported("contains", n.ptr, "together with prefixItems, minItems, maxItems, uniqueItems "
+                                                "or another contains")
+            return False
+        sub, lo, hi = n.contains[0]
+        negation = self.negation().negate(sub)
+        if negation is None:
+            self.unsupported("contains", n.ptr, "its schema has no negation this compiler can build")
+            return False
+        items = n.items or []
+        a = self.compile(items + [sub])
+        b_alts = [rx for rx in (self.compile(items + alt) for alt in negation) if rx is not None]
+        b = "|".join(b_alts) if b_alts else None
+        if a is None:
+            hi = 0
+        if lo > (hi if hi is not None else lo):
+            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minContains > possible items)")
+            return None
+        sep = f"{self.wsi},{self.wsb}"
+        before = "" if b is None else f"(?:(?:{b}){sep})*"   # B items, each followed by a separator
+        after = "" if b is None else f"(?:{sep}(?:{b}))*"    # B items, each preceded by one
+        with_a = None
+        if a is not None and hi != 0:
+            more = repeat(f"{sep}{before}(?:{a}){after}", max(lo - 1, 0), None if hi is None else hi - 1,
+                          Limits(ITEMS_CAP, MAX_MIN_BOUND), self.narrowed, _show(n.ptr))
+            with_a = f"{before}(?:{a}){after}{more}"
+        if lo > 0:
+            return f"\\[{self.wsb}{with_a}{self.wsb}\\]"
+        options = [x for x in (None if b is None else f"(?:{b}){after}", with_a) if x is not None]
+        if not options:
+            return f"\\[{self.wsb}\\]"
+        return f"\\[{self.wsb}(?:(?:{'|'.join(options)}){self.wsb})?\\]"
 
     def _unique(self, n: _Node, lo: int, hi: int | None, prefix: list[str], extra: str | None):
         """uniqueItems: exact regex, or False to build the array without it (only when implied)."""

@@ -22,9 +22,10 @@ _TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "
                "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
 
 _UNSUPPORTED = {"multipleOf", "not", "dependentRequired", "dependentSchemas",
-                "dependencies", "contains", "unevaluatedItems", "unevaluatedProperties",
+                "dependencies", "unevaluatedItems", "unevaluatedProperties",
                 "$dynamicRef", "$recursiveRef"}
 _DEPENDENCIES = ("dependentRequired", "dependentSchemas", "dependencies")
+_UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 # Private keywords of synthesized schemas (json_schema_neg), never in a user's schema:
 FORBID = "\x00forbid"  # [names]: an object has none of them
 NOT_IN = "\x00notIn"  # [values]: the instance equals none of them
@@ -85,6 +86,7 @@ class _Node:
     min_items: int = 0
     max_items: int | None = None
     unique: str | None = None  # pointer of uniqueItems: true
+    contains: list = field(default_factory=list)  # (contains sub, minContains, maxContains or None)
     forbidden: set = field(default_factory=set)  # property names that must be absent
     excluded: list = field(default_factory=list)  # values the instance must not equal
     from_allof: bool = False
@@ -94,6 +96,18 @@ class _Node:
 
     def only_types(self) -> bool:
         return replace(self, types=None, enum=None) == _Node(self.ptr, from_allof=self.from_allof)
+
+
+@dataclass
+class _Evaluated:
+    """What a schema's in-place applicators evaluate (for unevaluatedProperties / unevaluatedItems)."""
+    names: set = field(default_factory=set)
+    patterns: list = field(default_factory=list)
+    num_items: int = 0
+    everything: bool = False
+
+    def evaluates_any(self) -> bool:
+        return bool(self.names or self.patterns or self.num_items or self.everything)
 
 
 def _value_types(v) -> set:
@@ -330,7 +344,7 @@ class Normalizer:
         s = sub.schema
         if not isinstance(s, dict):
             return False
-        for kw in ("not", "if") + _DEPENDENCIES:
+        for kw in ("not", "if") + _DEPENDENCIES + _UNEVALUATED:
             if kw in s and kw not in sub.skip and (kw != "if" or "then" in s or "else" in s):
                 break
         else:
@@ -352,6 +366,9 @@ class Normalizer:
 
     def _rewrite_conjs(self, kw: str, s: dict, sub: _Sub) -> list[list[_Sub]] | None:
         p, refs = sub.ptr, sub.refs
+        if kw in _UNEVALUATED:
+            extra = self._unevaluated(kw, s[kw], sub)
+            return None if extra is None else [[self._synth(extra, f"{p}/{kw}", refs)] if extra else []]
         if kw == "not":
             return self.negation().negate(_Sub(s["not"], f"{p}/not", refs))
         if kw == "if":
@@ -377,6 +394,63 @@ class Normalizer:
             if len(conjs) > MAX_REWRITE_BRANCHES:
                 raise GrammarError(f"'{kw}' at {_show(p)}: more than {MAX_REWRITE_BRANCHES} alternatives")
         return conjs
+
+    # ---- unevaluatedProperties / unevaluatedItems, where what is evaluated is static
+
+    def _unevaluated(self, kw: str, value, sub: _Sub) -> dict | None:
+        """The schema that kw of sub amounts to ({} for none), or None where what is evaluated
+        depends on which branches validate (an anyOf, oneOf, if, ... that evaluates some)."""
+        arrays = kw == "unevaluatedItems"
+        scope = _Evaluated()
+        if not self._collect_evaluated(sub, arrays, scope, top=True):
+            return None
+        if value is True or scope.everything:
+            return {}
+        if arrays:
+            if value is False:
+                return {"maxItems": scope.num_items}
+            return {"prefixItems": [True] * scope.num_items, "items": value} if scope.num_items else {"items": value}
+        # what the scope evaluated, marked evaluated here too; the rest meets the value
+        return {"properties": dict.fromkeys(sorted(scope.names), True),
+                "patternProperties": dict.fromkeys(scope.patterns, True), "additionalProperties": value}
+
+    def _collect_evaluated(self, sub: _Sub, arrays: bool, scope: "_Evaluated", top: bool = False) -> bool:
+        """Add what sub.schema and its in-place applicators evaluate (properties, or items when
+        arrays); False where that depends on validation outcomes."""
+        schema, ptr = sub.schema, sub.ptr
+        if not isinstance(schema, dict):
+            return True
+        if "$dynamicRef" in schema or "$recursiveRef" in schema:
+            return False
+        if arrays:
+            if "contains" in schema:
+                return False  # contains evaluates the items it matches
+            if isinstance(schema.get("prefixItems"), list):
+                scope.num_items = max(scope.num_items, len(schema["prefixItems"]))
+            scope.everything |= "items" in schema or (not top and "unevaluatedItems" in schema)
+        else:
+            scope.names |= set(schema.get("properties") or ())
+            scope.patterns += [pat for pat in schema.get("patternProperties") or () if pat not in scope.patterns]
+            # a nested unevaluatedProperties evaluates everything left in its own scope
+            scope.everything |= "additionalProperties" in schema or (not top and "unevaluatedProperties" in schema)
+        if "$ref" in schema:
+            try:
+                target = self._resolve(schema["$ref"], sub)
+            except GrammarError:
+                return False
+            if not self._collect_evaluated(target, arrays, scope):
+                return False
+        for i, branch in enumerate(schema.get("allOf") or ()):
+            if not self._collect_evaluated(_Sub(branch, f"{ptr}/allOf/{i}", sub.refs), arrays, scope):
+                return False
+        dynamic = [(b, f"{ptr}/{kw}/{i}") for kw in ("anyOf", "oneOf") for i, b in enumerate(schema.get(kw) or ())]
+        dynamic += [(schema[kw], f"{ptr}/{kw}") for kw in ("if", "then", "else") if kw in schema]
+        dynamic += [(b, f"{ptr}/dependentSchemas/{_esc(k)}") for k, b in (schema.get("dependentSchemas") or {}).items()]
+        for branch, where in dynamic:
+            probe = _Evaluated()
+            if not self._collect_evaluated(_Sub(branch, where, sub.refs), arrays, probe) or probe.evaluates_any():
+                return False
+        return True
 
     def _finite_by_evaluation(self, flat: list[_Sub], ptr: str):
         """Where an enum/const lists the candidates, every keyword (not, oneOf, multipleOf, ...)
@@ -506,6 +580,11 @@ class Normalizer:
                 n.max_items = m if n.max_items is None else min(n.max_items, m)
             if s.get("uniqueItems") is True and n.unique is None:
                 n.unique = p
+            if "contains" in s:
+                hi = s.get("maxContains")
+                n.contains.append((_Sub(s["contains"], f"{p}/contains", sub.refs),
+                                   _to_count(s.get("minContains", 1), "minContains", p),
+                                   None if hi is None else _to_count(hi, "maxContains", p)))
         # properties of one part meet the additionalProperties of the others
         if obj_parts:
             self._merge_properties(n, obj_parts)

@@ -64,15 +64,59 @@ def test_not_of_types_values_and_required():
     assert_exact({"type": "string", "not": {"maxLength": 2}}, ["abc"], ["", "ab"])
     assert_exact({"type": "integer", "not": {"minimum": 3}}, [2, -7], [3, 40])
     assert_exact({"not": {"not": {"type": "integer", "maximum": 3}}}, [3, -1], [4, "a", None])
+    # excluded numbers cut the range (exclusive bounds at each)
+    assert_exact({"type": "integer", "not": {"const": 3}}, [2, 4, -3, 30], [3])
+    assert_exact({"type": "integer", "minimum": 0, "maximum": 3, "not": {"enum": [1, 2, 9]}}, [0, 3], [1, 2, 4])
+    assert_exact({"type": "number", "not": {"const": 0.5}}, [0.25, 1, 0.51, -0.5], [0.5])
+    assert_exact({"not": {"const": 1}}, [2, 1.5, "1", None, [1]], [1])
 
 
 def test_not_without_a_positive_form_is_refused_or_relaxed():
     for schema in [{"type": "string", "not": {"pattern": "^a"}}, {"not": {"type": "integer"}},
-                   {"type": "integer", "not": {"const": 3}}]:
+                   {"type": "array", "not": {"const": [1]}}]:
         with pytest.raises(GrammarError, match="not"):
             schema_to_regex(schema)
     regex, relaxed = schema_to_regex({"type": "string", "not": {"pattern": "^a"}}, lenient=True)
     assert "not at /" in relaxed and re.fullmatch(regex, '"abc"')
+
+
+def test_contains_min_and_max():
+    assert_exact({"type": "array", "contains": {"minimum": 5}},
+                 [[5], [1, "a"], [9, 9]], [[], [1, 2], [4.9]])
+    assert_exact({"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+                 [[1, 1], [1, 2, 1], [2, 1, 1, 1, 2]], [[1], [1, 1, 1, 1], [], [2, 2]])
+    assert_exact({"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}, "maxContains": 1,
+                  "minContains": 0}, [[], [2, 3], [1, 2]], [[1, 1], ["a"], [1, 2, 1]])
+    assert_exact({"type": "array", "contains": {"const": 1}, "maxContains": 0, "minContains": 0},
+                 [[], [2]], [[1]])
+    with pytest.raises(GrammarError, match="unsatisfiable"):
+        schema_to_regex({"type": "array", "contains": {"const": 1}, "minContains": 3, "maxContains": 2})
+    with pytest.raises(GrammarError, match="contains"):  # counted items within a total: not yet
+        schema_to_regex({"type": "array", "contains": {"const": 1}, "minItems": 2})
+
+
+def test_unevaluated_properties_and_items_where_static():
+    assert_exact({"type": "object", "allOf": [{"properties": {"a": {}}}], "properties": {"b": {}},
+                  "unevaluatedProperties": False}, [{"a": 1, "b": 2}, {}], [{"c": 1}, {"a": 1, "c": 1}])
+    with pytest.raises(GrammarError, match="patternProperties"):  # patterns in two places: not yet
+        schema_to_regex({"type": "object", "patternProperties": {"^x": {}}, "unevaluatedProperties": False})
+    # a nested one only sees its own scope: a cousin's properties are not evaluated for it
+    assert_exact({"type": "object", "properties": {"b": {}},
+                  "allOf": [{"properties": {"a": {}}, "unevaluatedProperties": False}]},
+                 [{"a": 1}, {}], [{"a": 1, "b": 2}, {"b": 1}])
+    assert_exact({"type": "object", "additionalProperties": True, "unevaluatedProperties": False},
+                 [{"z": 1}], [])
+    assert_exact({"type": "object", "unevaluatedProperties": {"type": "integer"}}, [{"a": 1}, {}], [{"a": "x"}])
+    assert_exact({"type": "array", "prefixItems": [{"type": "string"}], "unevaluatedItems": False},
+                 [["a"], []], [["a", 1]])
+    assert_exact({"type": "array", "allOf": [{"prefixItems": [{}, {}]}], "unevaluatedItems": {"type": "string"}},
+                 [[1, 2, "c"], [1]], [[1, 2, 3]])
+    # evaluation that depends on which branch validates is refused, never guessed
+    with pytest.raises(GrammarError, match="unevaluatedProperties"):
+        schema_to_regex({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
+                         "unevaluatedProperties": False})
+    with pytest.raises(GrammarError, match="unevaluatedItems"):
+        schema_to_regex({"contains": {"const": 1}, "unevaluatedItems": False})
 
 
 def test_not_anything_is_unsatisfiable():
