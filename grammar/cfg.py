@@ -60,10 +60,11 @@ class CfgGrammar:
     # Bytes one token may add to the shortest completion: steering starts this far ahead of it.
     # Grammars whose one token can open a long structure (a recursive schema's `{`) raise it.
     steer_margin: int = STEER_MARGIN
+    report: dict | None = None  # json: the enforcement report (grammar/json_report.py)
 
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
-                 "relaxed", "steer_margin", "lexer", "_roots")  # the last two: what precompute() stored
+                 "relaxed", "steer_margin", "report", "lexer", "_roots")  # the last two: what precompute() stored
         return {n: self.__dict__[n] for n in names if n in self.__dict__}
 
     def precompute(self, max_stacks: int = 256) -> None:

@@ -15,12 +15,14 @@ after it.
 A compile also checks that some sequence of the vocabulary's tokens reaches an accepting state
 (as outlines-core's Index did), so a regex the tokenizer cannot spell fails here, not mid-sequence.
 """
+import json
 from typing import TYPE_CHECKING
 
 from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
 from gdserve.grammar.cfg_lexer import terminal_dfa
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
-from gdserve.grammar.json_schema import schema_to_regex
+from gdserve.grammar.json_report import enforcement_report
+from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_lark
 from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
@@ -65,7 +67,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if kind == "json_object":
         return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
     try:
-        regex, relaxed = spec_to_regex(kind, spec, whitespace_pattern, lenient)
+        regex, relaxed, report = spec_to_regex(kind, spec, whitespace_pattern, lenient)
     except RecursiveSchemaError:
         return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
@@ -74,30 +76,37 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if not can_reach_final(index, initial_state):
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
-    return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed)
+    return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report)
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None,
-                  lenient: bool) -> tuple[str, list[str]]:
-    """(regex, relaxed JSON-pointer keywords) for a spec of `kind`."""
+                  lenient: bool) -> tuple[str, list[str], dict | None]:
+    """(regex, relaxed JSON-pointer keywords, the enforcement report of a JSON Schema)."""
     if kind == "regex":
-        return prepare_regex(spec), []
+        return prepare_regex(spec), [], None
     if kind == "choice":
-        return choice_regex(spec), []
+        return choice_regex(spec), [], None
     if kind == "json":
-        return schema_to_regex(spec, whitespace_pattern=whitespace_pattern, lenient=lenient)
+        compiled = compile_json_schema(spec, whitespace_pattern, lenient)
+        return compiled.regex, compiled.relaxed, enforcement_report(_parsed(spec), compiled.relaxed,
+                                                                    compiled.narrowed)
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
+def _parsed(schema: object) -> object:
+    return json.loads(schema) if isinstance(schema, str) else schema
+
+
 def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: str = "grammar",
-                relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN) -> CfgGrammar:
+                relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN,
+                report: dict | None = None) -> CfgGrammar:
     """Lark text -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
     first mask are built here, in the compile worker."""
     cfg = lark_to_spec(lark_text)
     dfas = [terminal_dfa(t) for t in cfg.terminals]
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     grammar = CfgGrammar(kind, cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
-                         vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin)
+                         vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin, report=report)
     grammar.precompute()
     grammar.state_mask(grammar.initial)
     return grammar
@@ -109,7 +118,8 @@ def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
     compiled = schema_to_lark(schema, whitespace_pattern, lenient)
     # one token may commit to an optional part's whole shortest text, maybe two nested (`[{`)
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
-    return compile_cfg(compiled.lark, vocab, vocab_size, "json", compiled.relaxed, margin)
+    report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)
+    return compile_cfg(compiled.lark, vocab, vocab_size, "json", compiled.relaxed, margin, report)
 
 
 def indexed_pattern(regex: str) -> str:

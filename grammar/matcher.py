@@ -36,6 +36,7 @@ class Grammar:
     eos_token_ids: frozenset[int]
     regex: str | None = None        # what the index was built from (regex, choice, json)
     relaxed: list[str] = field(default_factory=list)  # schema keywords relaxed (json, lenient)
+    report: dict | None = None      # json: the enforcement report (grammar/json_report.py)
     _masks: dict[int, StateMask] = field(default_factory=dict, init=False, repr=False,
                                          compare=False)
     _steps: dict[tuple[int, int], int] = field(default_factory=dict, init=False, repr=False,
@@ -45,7 +46,7 @@ class Grammar:
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
-                  "relaxed")
+                  "relaxed", "report")
         return {name: self.__dict__[name] for name in fields}
 
     def __setstate__(self, state: dict) -> None:

@@ -116,8 +116,10 @@ def check_instance(matcher, tokens: list[int], eos_token_id: int, bitmask: torch
 
 def check_case(backend: Backend, schema: object, instances: list[list[int]], eos_token_id: int,
                bitmask: torch.Tensor, send: Callable[[tuple], None]) -> None:
-    """Sends ("compiled", ttfm_s) or ("compile_error", message), then one ("instance", result) per
-    instance, or ("instance_error", message) for an exception while checking (then stops)."""
+    """Sends ("compiled", (ttfm_s, report counts or None)) or ("compile_error", message), then one
+    ("instance", result) per instance, or ("instance_error", message) for an exception while
+    checking (then stops). Report counts: keywords exact / approximated / ignored, for a backend
+    whose compiled constraint carries an enforcement report (gdserve's)."""
     start = time.perf_counter()
     try:
         compiled = backend.compile(schema)
@@ -128,7 +130,9 @@ def check_case(backend: Backend, schema: object, instances: list[list[int]], eos
         return send(("compile_error", str(e)))
     except Exception as e:  # not the backend's "unsupported": a bug, named as such
         return send(("compile_error", f"internal error {type(e).__name__}: {e}"))
-    send(("compiled", time.perf_counter() - start))
+    ttfm_s = time.perf_counter() - start
+    report = getattr(compiled, "report", None)
+    send(("compiled", (ttfm_s, {k: len(v) for k, v in report.items()} if report else None)))
     for i, tokens in enumerate(instances):
         try:
             if i:
@@ -243,7 +247,21 @@ class BackendRun:
                            "mean": round(float(np.mean(self.tbm_us)), 1) if self.tbm_us else None,
                            "fills": len(self.tbm_us)},
                 "mask_accept_disagreements": self.disagreements, "wall_s": round(self.wall_s, 1),
+                **self._report_tally(),
                 "per_schema": self.per_schema}
+
+
+    def _report_tally(self) -> dict:
+        """Over the compiled schemas with an enforcement report: keywords by how they are
+        enforced, and how many schemas have any approximated or ignored."""
+        reports = [r["report"] for r in self.per_schema.values() if "report" in r]
+        if not reports:
+            return {}
+        return {"enforcement": {
+            "schemas": len(reports),
+            "keywords": {k: sum(r.get(k, 0) for r in reports) for k in ("exact", "approximated", "ignored")},
+            "schemas_with_approximated": sum(1 for r in reports if r.get("approximated")),
+            "schemas_with_ignored": sum(1 for r in reports if r.get("ignored"))}}
 
 
 def _percentiles(values: list[float], qs: tuple[int, ...]) -> dict:
@@ -300,7 +318,7 @@ def _run_case(worker: Worker, run: BackendRun, case: Case, case_tokens: list[lis
         kind, payload = worker.recv(timeout_s)
         if kind == "compile_error":
             return {"outcome": "compile_error", "detail": payload[:500]}, True
-        ttfm_ms = payload * 1e3
+        ttfm_ms, report = payload[0] * 1e3, payload[1]
         run.ttfm_ms.append(ttfm_ms)
         results = []
         for i in range(len(case_tokens)):
@@ -321,6 +339,8 @@ def _run_case(worker: Worker, run: BackendRun, case: Case, case_tokens: list[lis
               "tbm_max_us": round(max(fills), 1) if fills else None}
     if detail:
         record["detail"] = detail
+    if report is not None:
+        record["report"] = report
     if disagree := sum(r["disagree"] for r in results):
         run.disagreements += disagree
         record["mask_accept_disagreements"] = disagree
@@ -382,6 +402,13 @@ def format_table(title: str, suite: dict) -> str:
         if bad:
             rows.append(f"  {name} accepted invalid instances of {len(bad)} schemas, e.g. "
                         + ", ".join(bad[:5]))
+    for name, r in zip(names, results):
+        if "enforcement" in r:
+            e = r["enforcement"]
+            rows.append(f"  {name} enforcement report over {e['schemas']} compiled schemas: keywords "
+                        + ", ".join(f"{k} {v}" for k, v in e["keywords"].items())
+                        + f"; schemas with approximations {e['schemas_with_approximated']}, "
+                        f"with ignored keywords {e['schemas_with_ignored']}")
     for name, why in suite["skipped"].items():
         rows.append(f"  {name} skipped: {why}")
     return "\n".join(rows)

@@ -161,3 +161,8 @@ def test_gdserve_on_maskbench_dev(smollm2_dir):
     assert result["schemas"] == 5
     assert result["counts"]["invalidation_error"] == 0, result["per_schema"]
     assert result["mask_accept_disagreements"] == 0
+    compiled = sum(1 for r in result["per_schema"].values() if "ttfm_ms" in r)
+    tally = result["enforcement"]  # the compiled constraints' enforcement reports, tallied
+    assert tally["schemas"] == compiled and tally["keywords"]["exact"] > 0
+    assert tally["schemas_with_ignored"] == 0  # strict mode
+    assert "enforcement report over" in format_table("maskbench-dev", suite)

@@ -32,6 +32,7 @@ class StructuredOutputs(OpenAIModel):
     choice: list[str] | None = None
     grammar: str | None = None
     whitespace_pattern: str | None = None
+    report: bool = False  # add the constraint's enforcement report to the response
 
 
 class SamplingRequest(OpenAIModel):

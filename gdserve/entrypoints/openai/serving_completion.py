@@ -10,6 +10,7 @@ from gdserve.entrypoints.openai.protocol import CompletionRequest
 from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint,
                                                 merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
+from gdserve.entrypoints.openai.structured import report_fields
 from gdserve.outputs import RequestOutput
 
 
@@ -22,7 +23,7 @@ async def create_completion(ctx: ServingContext, request: CompletionRequest, raw
     grammar = await compile_constraint(ctx, request)
     request_id = new_id("cmpl")
     streams = await start_all(ctx, request_id, prompts, params, grammar)
-    meta = dict(id=request_id, created=now(), model=ctx.served_model_name)
+    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **report_fields(request, grammar))
     if request.stream:
         return sse_response(_stream(ctx, request, prompts, streams, meta))
     outputs = await abort_on_disconnect(raw, collect(streams))

@@ -4,7 +4,9 @@ import json
 
 from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.protocol import SamplingRequest
+from gdserve.grammar import Grammar
 from gdserve.sampling_params import GuidedDecodingParams
+
 
 def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None, str | None]:
     """(the constraint, the request field it came from) or (None, None)."""
@@ -66,3 +68,12 @@ def _parse_schema(text: str, param: str) -> dict:
     if not isinstance(schema, (dict, bool)):
         raise bad_request(f"{param} must be a JSON Schema object", param)
     return schema
+
+
+def report_fields(request: SamplingRequest, grammar: Grammar | None) -> dict:
+    """{"structured_output_report": ...} when structured_outputs.report asks for it: for a JSON
+    Schema, each assertion keyword by JSON pointer as exact, approximated or ignored."""
+    so = request.structured_outputs
+    if so is None or not so.report:
+        return {}
+    return {"structured_output_report": getattr(grammar, "report", None)}

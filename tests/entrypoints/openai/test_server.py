@@ -167,6 +167,31 @@ def test_guided_kinds_through_extra_body(tiny_server):
     assert " " not in compact and "\n" not in compact
 
 
+def test_structured_output_report_on_request(tiny_server):
+    client = tiny_server.client()
+    schema = {"type": "object", "properties": {"d": {"type": "integer", "minimum": 0, "maximum": 9},
+                                               "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 500},
+                                               "meta": {}},
+              "required": ["d"], "additionalProperties": False}
+    extra = {"structured_outputs": {"json": schema, "report": True}}
+    r = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=40, seed=0, extra_body=extra)
+    report = r.model_extra["structured_output_report"]
+    assert {"minimum at /properties/d", "maximum at /properties/d", "required at /",
+            "additionalProperties at /"} <= set(report["exact"])
+    assert "maxItems at /properties/tags" not in report["exact"]
+    assert any("maxItems 500 lowered" in a for a in report["approximated"])
+    assert any(a.startswith("any value at /properties/meta") for a in report["approximated"])
+    assert report["ignored"] == []  # strict mode refuses what it cannot enforce
+    c = client.completions.create(model="test-model", prompt="x", max_tokens=5, extra_body=extra)
+    assert c.model_extra["structured_output_report"] == report
+    chunks = list(client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5, stream=True,
+                                                 extra_body=extra))
+    assert chunks[0].model_extra["structured_output_report"] == report
+    plain = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5,
+                                           extra_body={"structured_outputs": {"json": schema}})
+    assert "structured_output_report" not in (plain.model_extra or {})
+
+
 def test_response_format_json_schema(tiny_server):
     jsonschema = pytest.importorskip("jsonschema")
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
