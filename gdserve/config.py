@@ -28,6 +28,8 @@ class EngineConfig:
     seed: int = 0
     grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
     grammar_compile_workers: int = 1         # processes compiling constraints off the engine loop
+    # Compiled grammars persist here across restarts ("auto": $GDSERVE_CACHE/grammars; None: off)
+    grammar_cache_dir: str | None = "auto"
     enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
     # Read each step's sampled tokens back during the next step's forward (None: on CUDA only;
     # on CPU the forward runs on the calling thread, so there is nothing to overlap)
@@ -47,6 +49,12 @@ class EngineConfig:
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
+
+    def grammar_cache_path(self) -> Path | None:
+        if self.grammar_cache_dir == "auto":
+            from gdserve.models.loader import cache_root
+            return cache_root() / "grammars"
+        return None if self.grammar_cache_dir is None else Path(self.grammar_cache_dir)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

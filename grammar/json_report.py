@@ -1,6 +1,7 @@
 """The enforcement report of a compiled JSON Schema: every assertion keyword, by JSON pointer,
 as enforced exactly, approximated (a bound narrowed, a nesting depth capped, oneOf compiled as
-anyOf) or ignored (lenient mode only: strict mode refuses what it cannot enforce)."""
+anyOf) or ignored: in lenient mode what could not be enforced; in both modes a format outside the
+JSON Schema vocabularies, an annotation (strict mode refuses every other keyword it cannot enforce)."""
 from __future__ import annotations
 
 # Keywords that constrain instances (annotations such as title or examples are not listed).

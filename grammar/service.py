@@ -13,6 +13,7 @@ come back pickled (the byte DFA's arrays; the token trie is interned per tokeniz
 
 submit() never waits for a compile: it returns a Future, already completed on a cache hit.
 Compiled grammars, compile errors and timeouts are cached (two bounded LRUs); crashes are not.
+With cache_dir, compiled grammars also persist on disk and are found there after a restart.
 """
 import json
 import multiprocessing
@@ -25,9 +26,11 @@ from collections import OrderedDict, deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gdserve.grammar.compiler import compile_with_vocabulary
+from gdserve.grammar.disk_cache import DiskCache
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.token_index import token_trie
@@ -132,8 +135,10 @@ class CompileService:
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", max_workers: int = 1,
                  timeout_s: float = 10.0, cache_size: int = 256,
                  eos_token_ids: set[int] | None = None, vocab_size: int | None = None,
-                 memory_limit_mb: int | None = 4096):
+                 memory_limit_mb: int | None = 4096, cache_dir: str | Path | None = None):
+        """cache_dir: compiled grammars also persist there (grammar/disk_cache.py), across restarts."""
         self.vocab = token_vocabulary(tokenizer, eos_token_ids)
+        self._disk = DiskCache(cache_dir) if cache_dir is not None else None
         self.vocab_size = vocab_size
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
@@ -166,6 +171,12 @@ class CompileService:
             cached = self._grammars.get_fresh(key) or self._errors.get_fresh(key)
             if cached is not None:
                 return cached
+            stored = self._disk.get(key) if self._disk is not None else None
+            if stored is not None:
+                future: Future[Grammar] = Future()
+                future.set_result(stored)
+                self._grammars.put(key, future)
+                return future
             if key in self._pending:
                 return self._pending[key].future
             job = self._pending[key] = _Job(key, kind, spec, options)
@@ -196,6 +207,8 @@ class CompileService:
                 self._stop(lane)
             self._cond.notify_all()
         self._watchdog.join()
+        if self._disk is not None:
+            self._disk.close()
 
     def __enter__(self) -> "CompileService":
         return self
@@ -306,6 +319,8 @@ class CompileService:
         if grammar is not None:
             job.future.set_result(grammar)
             self._grammars.put(job.key, job.future)
+            if self._disk is not None:
+                self._disk.put(job.key, grammar)
         else:
             job.future.set_exception(error)
             if cache:

@@ -1,6 +1,7 @@
 """Guided decoding in the decode loop: compile constraints off the loop, mask the guided rows'
 logits with one bitmask per step, advance each sequence's matcher with its sampled token."""
 from concurrent.futures import Future
+from pathlib import Path
 
 import torch
 
@@ -15,12 +16,13 @@ from gdserve.utils import to_device
 
 class GuidedDecoder:
     def __init__(self, tokenizer, eos_token_ids: set[int], vocab_size: int, compile_timeout_s: float,
-                 compile_workers: int):
+                 compile_workers: int, cache_dir: Path | None = None):
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
         self.compile_workers = compile_workers
+        self.cache_dir = cache_dir
         self._service: CompileService | None = None
         self._bitmask = allocate_token_bitmask(1, vocab_size)
 
@@ -30,7 +32,8 @@ class GuidedDecoder:
         if self._service is None:
             self._service = CompileService(self.tokenizer, max_workers=self.compile_workers,
                                            timeout_s=self.compile_timeout_s,
-                                           eos_token_ids=self.eos_token_ids, vocab_size=self.vocab_size)
+                                           eos_token_ids=self.eos_token_ids, vocab_size=self.vocab_size,
+                                           cache_dir=self.cache_dir)
         return self._service
 
     def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:

@@ -68,7 +68,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
-                                    config.grammar_compile_timeout_s, config.grammar_compile_workers)
+                                    config.grammar_compile_timeout_s, config.grammar_compile_workers,
+                                    config.grammar_cache_path())
         # Overlap each step's host work with the device's forward (where the forward is asynchronous).
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
                                  else self.device.type == "cuda")

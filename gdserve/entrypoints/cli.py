@@ -17,6 +17,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
+    parser.add_argument("--grammar-cache-dir", default="auto",
+                        help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
+                             "'none' turns it off)")
     parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                         help="read sampled tokens back during the next step's forward (default: on CUDA)")
@@ -29,6 +32,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s, enforce_eager=args.enforce_eager,
+                grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
                 async_scheduling=args.async_scheduling)
 
 

@@ -102,3 +102,27 @@ def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
     with pytest.raises(RuntimeError, match="closed"):
         svc.submit("regex", "a")
 
+
+
+def test_disk_cache_survives_a_restart(smollm2_tokenizer, tmp_path):
+    recursive = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
+                 "items": {"$ref": "#/$defs/node"}}}}}, "$ref": "#/$defs/node"}
+    with CompileService(smollm2_tokenizer, timeout_s=30.0, cache_dir=tmp_path) as svc:
+        compiled = [svc.compile("json", SCHEMA), svc.compile("json", recursive), svc.compile("regex", "ab+")]
+    files = list(tmp_path.rglob("*.pkl"))
+    assert len(files) == 3  # written before close returned
+    with CompileService(smollm2_tokenizer, timeout_s=30.0, cache_dir=tmp_path) as svc:
+        futures = [svc.submit("json", SCHEMA), svc.submit("json", recursive), svc.submit("regex", "ab+")]
+        assert all(f.done() for f in futures)  # no compile: read back from disk
+        for before, future in zip(compiled, futures):
+            after = future.result()
+            assert type(after) is type(before) and after.report == before.report
+            assert allowed_ids(after.matcher()) == allowed_ids(before.matcher())
+        assert not svc.submit("json", SCHEMA, lenient=True).done()  # other options: another key
+        # a damaged file is dropped and the constraint compiled again
+        for f in files:
+            f.write_bytes(b"not a pickle")
+    with CompileService(smollm2_tokenizer, timeout_s=30.0, cache_dir=tmp_path) as svc:
+        future = svc.submit("regex", "ab+")
+        assert not future.done()
+        assert future.result().regex == compiled[2].regex
