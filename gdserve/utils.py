@@ -24,6 +24,6 @@ def reject_unknown_fields(what: str):
 
 
 def to_device(data, dtype, device):
-    """A host list (or nested lists) as a tensor on device. The copy is non-blocking: a blocking
-    host-to-device copy waits for the GPU's queue, which would serialize the step's host work."""
-    return torch.tensor(data, dtype=dtype).to(device, non_blocking=True)
+    """Host data (lists or a numpy array) as a tensor on device. The copy is non-blocking: a
+    blocking host-to-device copy waits for the GPU's queue, which would serialize the step's host work."""
+    return torch.as_tensor(data, dtype=dtype).to(device, non_blocking=True)

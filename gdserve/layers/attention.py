@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from gdserve.kernels import paged_attention, write_kv_cache
+from gdserve.utils import to_device
 
 
 @dataclass
@@ -35,11 +36,12 @@ class AttentionMetadata:
         tables = _padded(block_tables)
         slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
         num_decodes = int(np.argmax(q_lens != 1)) if (q_lens != 1).any() else len(q_lens)
-        meta = cls(slot_mapping=_to(slots, device), block_tables=_to(tables.astype(np.int32), device),
+        meta = cls(slot_mapping=to_device(slots, torch.int64, device),
+                   block_tables=to_device(tables, torch.int32, device),
                    query_lens=list(query_lens), seq_lens=seq_lens.tolist(),
-                   seq_lens_tensor=_to(seq_lens.astype(np.int32), device), num_decodes=num_decodes,
-                   query_start_loc=_to(query_start_loc.astype(np.int32), device))
-        return _to(positions, device), meta
+                   seq_lens_tensor=to_device(seq_lens, torch.int32, device), num_decodes=num_decodes,
+                   query_start_loc=to_device(query_start_loc, torch.int32, device))
+        return to_device(positions, torch.int64, device), meta
 
 
 def _padded(block_tables: list[list[int]]) -> np.ndarray:
@@ -50,11 +52,6 @@ def _padded(block_tables: list[list[int]]) -> np.ndarray:
     starts = np.repeat(np.cumsum(lens) - lens, lens)
     tables[np.repeat(np.arange(len(lens)), lens), np.arange(len(flat)) - starts] = flat
     return tables
-
-
-def _to(array: np.ndarray, device: torch.device | str) -> torch.Tensor:
-    """Non-blocking: the step's host work does not wait for the GPU's queue."""
-    return torch.from_numpy(array).to(device, non_blocking=True)
 
 
 class Attention(nn.Module):
