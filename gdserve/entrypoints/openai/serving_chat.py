@@ -13,7 +13,7 @@ from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconn
                                                 compile_guided, merge, new_id, now, sampling_params, start_all,
                                                 usage)
 from gdserve.entrypoints.openai.sse import sse_response
-from gdserve.entrypoints.openai.structured import report_fields
+from gdserve.entrypoints.openai.structured import report_fields, report_in_first_chunk
 from gdserve.entrypoints.openai.tool_stream import choice_tools
 from gdserve.entrypoints.openai.tools import ToolPlan, call_schema, plan_tools
 from gdserve.grammar import Grammar, GrammarError
@@ -39,7 +39,7 @@ async def create_chat_completion(ctx: ServingContext, request: ChatCompletionReq
     streams = await start_all(ctx, request_id, [prompt], params, grammar)
     meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **report_fields(request, grammar))
     if request.stream:
-        return sse_response(_stream(ctx, request, plan, streams, meta))
+        return sse_response(report_in_first_chunk(_stream(ctx, request, plan, streams, meta)))
     (out,) = await abort_on_disconnect(raw, collect(streams))
     return _response(ctx, request, plan, out, meta)
 

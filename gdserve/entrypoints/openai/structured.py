@@ -1,6 +1,7 @@
 """A request's output constraint (guided_* fields, structured_outputs, response_format) as
 GuidedDecodingParams. More than one constraint is a 400; so is a constraint that fails to compile."""
 import json
+from collections.abc import AsyncIterator
 
 from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.protocol import SamplingRequest
@@ -77,3 +78,13 @@ def report_fields(request: SamplingRequest, grammar: Grammar | None) -> dict:
     if so is None or not so.report:
         return {}
     return {"structured_output_report": getattr(grammar, "report", None)}
+
+
+async def report_in_first_chunk(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    """A stream carries the enforcement report once, in its first chunk."""
+    first = True
+    async for chunk in chunks:
+        if not first:
+            chunk.pop("structured_output_report", None)
+        first = False
+        yield chunk

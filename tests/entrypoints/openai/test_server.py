@@ -187,6 +187,7 @@ def test_structured_output_report_on_request(tiny_server):
     chunks = list(client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5, stream=True,
                                                  extra_body=extra))
     assert chunks[0].model_extra["structured_output_report"] == report
+    assert all("structured_output_report" not in (c.model_extra or {}) for c in chunks[1:])  # once
     plain = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5,
                                            extra_body={"structured_outputs": {"json": schema}})
     assert "structured_output_report" not in (plain.model_extra or {})
