@@ -342,8 +342,8 @@ class _Compiler(Normalizer):
             if bools:
                 parts.append(bools[0] if len(bools) == 1 else "(?:true|false)")
         if "integer" in types or "fraction" in types:
-            parts.append(self._number_excluding(n, types, [v for v in excluded if "integer" in _value_types(v)
-                                                           or "fraction" in _value_types(v)]))
+            parts.append(self._number_excluding(n, types, [v for v in excluded
+                                                           if _value_types(v) & {"integer", "fraction"}]))
         if "string" in types:
             parts.append(self._string(n, [v for v in excluded if isinstance(v, str)]))
         if "object" in types:

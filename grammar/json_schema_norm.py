@@ -415,41 +415,40 @@ class Normalizer:
                 "patternProperties": dict.fromkeys(scope.patterns, True), "additionalProperties": value}
 
     def _collect_evaluated(self, sub: _Sub, arrays: bool, scope: "_Evaluated", top: bool = False) -> bool:
-        """Add what sub.schema and its in-place applicators evaluate (properties, or items when
-        arrays); False where that depends on validation outcomes."""
-        schema, ptr = sub.schema, sub.ptr
-        if not isinstance(schema, dict):
-            return True
-        if "$dynamicRef" in schema or "$recursiveRef" in schema:
+        """Add what sub.schema and its in-place applicators ($ref, allOf: _expand's walk) evaluate
+        (properties, or items when arrays); False where that depends on validation outcomes."""
+        flat: list[_Sub] = []
+        try:
+            if not self._expand(replace(sub, skip=frozenset()), flat, []):
+                return True  # a false schema in scope: nothing validates, nothing to evaluate
+        except GrammarError:
             return False
-        if arrays:
-            if "contains" in schema:
-                return False  # contains evaluates the items it matches
-            if isinstance(schema.get("prefixItems"), list):
-                scope.num_items = max(scope.num_items, len(schema["prefixItems"]))
-            scope.everything |= "items" in schema or (not top and "unevaluatedItems" in schema)
-        else:
-            scope.names |= set(schema.get("properties") or ())
-            scope.patterns += [pat for pat in schema.get("patternProperties") or () if pat not in scope.patterns]
-            # a nested unevaluatedProperties evaluates everything left in its own scope
-            scope.everything |= "additionalProperties" in schema or (not top and "unevaluatedProperties" in schema)
-        if "$ref" in schema:
-            try:
-                target = self._resolve(schema["$ref"], sub)
-            except GrammarError:
+        for part in flat:
+            schema, ptr = part.schema, part.ptr
+            if not isinstance(schema, dict):
+                continue
+            if "$dynamicRef" in schema or "$recursiveRef" in schema:
                 return False
-            if not self._collect_evaluated(target, arrays, scope):
-                return False
-        for i, branch in enumerate(schema.get("allOf") or ()):
-            if not self._collect_evaluated(_Sub(branch, f"{ptr}/allOf/{i}", sub.refs), arrays, scope):
-                return False
-        dynamic = [(b, f"{ptr}/{kw}/{i}") for kw in ("anyOf", "oneOf") for i, b in enumerate(schema.get(kw) or ())]
-        dynamic += [(schema[kw], f"{ptr}/{kw}") for kw in ("if", "then", "else") if kw in schema]
-        dynamic += [(b, f"{ptr}/dependentSchemas/{_esc(k)}") for k, b in (schema.get("dependentSchemas") or {}).items()]
-        for branch, where in dynamic:
-            probe = _Evaluated()
-            if not self._collect_evaluated(_Sub(branch, where, sub.refs), arrays, probe) or probe.evaluates_any():
-                return False
+            nested = not top or part.schema is not sub.schema
+            if arrays:
+                if "contains" in schema:
+                    return False  # contains evaluates the items it matches
+                if isinstance(schema.get("prefixItems"), list):
+                    scope.num_items = max(scope.num_items, len(schema["prefixItems"]))
+                scope.everything |= "items" in schema or (nested and "unevaluatedItems" in schema)
+            else:
+                scope.names |= set(schema.get("properties") or ())
+                scope.patterns += [pat for pat in schema.get("patternProperties") or () if pat not in scope.patterns]
+                # a nested unevaluatedProperties evaluates everything left in its own scope
+                scope.everything |= "additionalProperties" in schema or (nested and "unevaluatedProperties" in schema)
+            dynamic = [(b, f"{ptr}/{kw}/{i}") for kw in ("anyOf", "oneOf") for i, b in enumerate(schema.get(kw) or ())]
+            dynamic += [(schema[kw], f"{ptr}/{kw}") for kw in ("if", "then", "else") if kw in schema]
+            dynamic += [(b, f"{ptr}/dependentSchemas/{_esc(k)}")
+                        for k, b in (schema.get("dependentSchemas") or {}).items()]
+            for branch, where in dynamic:
+                probe = _Evaluated()
+                if not self._collect_evaluated(_Sub(branch, where, part.refs), arrays, probe) or probe.evaluates_any():
+                    return False
         return True
 
     def _finite_by_evaluation(self, flat: list[_Sub], ptr: str):
