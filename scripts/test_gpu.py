@@ -171,6 +171,66 @@ def bench_split_k() -> dict:
             "one_split_ms": round(whole_ms, 4), "split_gbs": round(kv_bytes / split_ms / 1e6, 1)}
 
 
+def prefill_case(query_lens: list[int], contexts: list[int], num_heads: int = 32, num_kv_heads: int = 8,
+                 head_dim: int = 128, block_size: int = 16):
+    """Chunks of query_lens new tokens after contexts cached ones; (args, causal FLOPs)."""
+    import torch
+    seq_lens = [c + q for q, c in zip(query_lens, contexts)]
+    blocks_per_seq = max(seq_lens) // block_size + 1
+    num_blocks = len(seq_lens) * blocks_per_seq
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, device="cuda", generator=gen,
+                          dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    tables = torch.randperm(num_blocks, device="cuda", generator=gen).view(len(seq_lens), blocks_per_seq)
+    q = torch.randn(sum(query_lens), num_heads, head_dim, device="cuda", generator=gen, dtype=torch.bfloat16)
+    starts = torch.tensor([0, *query_lens], device="cuda").cumsum(0).to(torch.int32)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
+    # row r of a chunk sees context + r + 1 keys: QK^T and PV, 2 FLOPs per multiply-add each
+    flops = sum(4 * head_dim * num_heads * (c * ql + ql * (ql + 1) // 2) for ql, c in zip(query_lens, contexts))
+    return (q, k_cache, v_cache, tables.to(torch.int32), lens, starts, max(query_lens)), flops
+
+
+def bench_prefill() -> dict:
+    """The prefill kernel on a mixed step's chunks (8192 tokens: fresh prompts, and chunks after a
+    cached context), tile configs against the default, and torch SDPA (flash, dense K/V, no paging)
+    on equal-length causal prompts of the same total as a ceiling."""
+    import torch
+    import torch.nn.functional as F
+    from gdserve.kernels.triton.paged_attention import prefill_attention_triton
+    rng = random.Random(0)
+    fresh = [rng.randint(128, 1024) for _ in range(14)]
+    cases = {"fresh": (fresh, [0] * len(fresh)), "after_context": ([512] * 16, [rng.randint(128, 1024) for _ in range(16)]),
+             "equal_1024": ([1024] * 8, [0] * 8)}
+    results = {}
+    scale = 128 ** -0.5
+    for name, (query_lens, contexts) in cases.items():
+        args, flops = prefill_case(query_lens, contexts)
+        out = torch.empty_like(args[0])
+        configs = []
+        for block_m, block_n, num_warps, num_stages in ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2),
+                                                        (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 2),
+                                                        (128, 32, 4, 3), (128, 64, 4, 2)):
+            cfg = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+            try:
+                ms = median_ms(lambda: prefill_attention_triton(*args, scale, out, **cfg), reps=20)
+            except Exception as e:  # e.g. out of shared memory for this tile
+                configs.append({**cfg, "error": type(e).__name__})
+                continue
+            configs.append({**cfg, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)})
+        default_ms = median_ms(lambda: prefill_attention_triton(*args, scale, out), reps=20)
+        results[name] = {"tokens": sum(query_lens), "default_ms": round(default_ms, 4),
+                         "default_tflops": round(flops / default_ms / 1e9, 1), "configs": configs,
+                         "best": max((c for c in configs if "ms" in c), key=lambda c: c["tflops"])}
+    qd = torch.randn(8, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    kd, vd = torch.randn(8, 8, 1024, 128, device="cuda", dtype=torch.bfloat16), torch.randn(8, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    kd, vd = kd.repeat_interleave(4, 1), vd.repeat_interleave(4, 1)  # the flash backend takes no GQA
+    ms = median_ms(lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=True), reps=20)
+    flops = 8 * 4 * 128 * 32 * (1024 * 1025 // 2)
+    results["sdpa_equal_1024"] = {"ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)}
+    return results
+
+
 # ---- 3. engine vs HF --------------------------------------------------------------------------
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                  max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, vocab_size=49152,
@@ -316,6 +376,8 @@ def main() -> int:
     log("kernel tests:", json.dumps(results["kernel_tests"]))
     results["decode_bench"] = bench_decode(copy_bandwidth_gbs())
     log("decode bench:", json.dumps(results["decode_bench"], indent=1))
+    results["prefill_bench"] = bench_prefill()
+    log("prefill bench:", json.dumps(results["prefill_bench"], indent=1))
     try:
         results["engine"] = engine_check()
         results["engine_unchunked"] = engine_check(max_num_batched_tokens=8192)
@@ -334,6 +396,10 @@ def main() -> int:
         f"(target 70%: {'met' if bench['target_met'] else 'NOT met'}); best config {bench['best']}; "
         f"reference {bench['reference_ms']} ms ({bench['speedup_vs_reference']}x)")
     log(f"split-K, {bench['long_context']}")
+    for name, case in results["prefill_bench"].items():
+        log(f"prefill {name}: " + (f"{case['tflops']} TFLOP/s" if "tflops" in case else
+                                   f"{case['tokens']} tokens, default {case['default_ms']} ms = "
+                                   f"{case['default_tflops']} TFLOP/s; best {case['best']}"))
     log(f"ragged, {bench['ragged']}")
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "

@@ -25,12 +25,14 @@ def _load_kv_tile(cache_ptr, table_row_ptr, tok, valid, kv_head, stride_b, strid
 @triton.jit
 def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr, stride_cb, stride_ct,
                  stride_ch, scale_log2, m, l, acc, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr):
-    """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc)."""
+                 DOT_PRECISION: tl.constexpr, MASK: tl.constexpr = True):
+    """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc).
+    MASK=False: every score of the tile is visible (s_mask unused)."""
     k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
                       PAGE, HEAD_DIM)
     s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
-    s = tl.where(s_mask, s, float("-inf"))
+    if MASK:
+        s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
@@ -127,7 +129,15 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         end = tl.minimum(seq_len, context + m0 + BLOCK_M)  # the tile's last row sees no further
-        for n0 in range(0, end, BLOCK_N):  # tile 0 holds key 0, which every row sees: m is finite after it
+        # Key tiles wholly at or before the first row's position are visible to every row: no mask.
+        # Tile 0 holds key 0, which every row sees: m is finite after it.
+        unmasked_end = (context + m0 + 1) // BLOCK_N * BLOCK_N
+        for n0 in range(0, unmasked_end, BLOCK_N):
+            tok = n0 + tl.arange(0, BLOCK_N)
+            m, l, acc = _attend_tile(q, None, table_row, tok, tok < end, kv_head, k_cache_ptr, v_cache_ptr,
+                                     stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
+                                     PAGE, HEAD_DIM, DOT_PRECISION, MASK=False)
+        for n0 in range(unmasked_end, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
             causal = tok[None, :] <= context + rows[:, None]
