@@ -35,6 +35,7 @@ class Expansion:
 class MaskStore:
     trie: TokenTrie
     vocab_size: int
+    _last_index: TokenIndex | None = field(default=None, repr=False)
 
     @property
     def width(self) -> int:
@@ -52,26 +53,19 @@ class MaskStore:
 
     def root(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> Expansion:
         """The whole vocabulary read from `state` (one trie walk)."""
-        t = self.trie
-        index = TokenIndex(dfa, t)
-        words, node_state = index.walk(state, self.vocab_size)
-        exp = Expansion(words, self._crossings(dfa, accept, node_state))
+        words, nodes, terms = self._index(dfa).crossings_walk(state, self.vocab_size, accept)
+        exp = Expansion(words, {int(term): nodes[terms == term] for term in np.unique(terms)})
         if accept[state] >= 0:
             dying = np.flatnonzero(dfa.trans[state, dfa.classes] == dfa.dead)
             exp.dying_first = np.bitwise_or.reduce(self._first_byte_words[dying], axis=0) \
                 if len(dying) else np.zeros(self.width, dtype=np.uint32)
         return exp
 
-    def _crossings(self, dfa: ByteDFA, accept: np.ndarray,
-                   node_state: np.ndarray) -> dict[int, np.ndarray]:
-        t, dead = self.trie, dfa.dead
-        nodes = np.flatnonzero((node_state == dead) & (t.depth > 1))
-        parents = t.parent[nodes]
-        parent_state = node_state[parents]
-        emitted = accept[parent_state]
-        keep = (parent_state != dead) & (emitted >= 0)
-        nodes, emitted = nodes[keep], emitted[keep]
-        return {int(term): nodes[emitted == term] for term in np.unique(emitted)}
+    def _index(self, dfa: ByteDFA) -> TokenIndex:
+        """The token index of the lexer's current DFA (kept while the lexer does not grow)."""
+        if self._last_index is None or self._last_index.dfa is not dfa:
+            self._last_index = TokenIndex(dfa, self.trie)
+        return self._last_index
 
     def subtrees(self, dfa: ByteDFA, accept: np.ndarray, start: int,
                   roots: np.ndarray) -> Expansion:

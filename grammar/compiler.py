@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
 from gdserve.grammar.cfg_lexer import terminal_dfa
-from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
 from gdserve.grammar.json_report import enforcement_report
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_lark
@@ -42,8 +42,9 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
                     vocab_size: int | None = None,
                     eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
-    `tokenizer`. A recursive JSON Schema, and json_object (any JSON object, spec ignored), take the
-    grammar path (json_schema_cfg); other JSON Schemas a regex.
+    `tokenizer`. A recursive JSON Schema, one whose regex would be too large to index
+    (json_schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
+    path (json_schema_cfg); other JSON Schemas a regex.
 
     whitespace_pattern, lenient: json and json_object (see json_schema.schema_to_regex).
     vocab_size: the model's logits width (default len(tokenizer)); ids past the tokenizer are never
@@ -70,6 +71,11 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
         regex, relaxed, report = spec_to_regex(kind, spec, whitespace_pattern, lenient)
     except RecursiveSchemaError:
         return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
+    except RegexTooLargeError as too_large:
+        try:
+            return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
+        except GrammarError as e:  # e.g. overlapping anyOf branches: an ambiguous (non-LALR) grammar
+            raise GrammarError(f"{too_large.message}; the grammar path failed too: {e.message}") from None
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     index = build_index(regex, vocab)
     initial_state = start_state(index.dfa)

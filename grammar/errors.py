@@ -21,5 +21,10 @@ class RecursiveSchemaError(GrammarError):
     the grammar path, json_schema_cfg)."""
 
 
+class RegexTooLargeError(GrammarError):
+    """A JSON Schema whose regex would take the regex path too long to index (compile_grammar then
+    takes the grammar path, where each large subschema is a rule of its own)."""
+
+
 class UnsatisfiableSchemaError(GrammarError):
     """A JSON Schema that no JSON value satisfies: nothing could ever be generated for it."""

@@ -71,9 +71,10 @@ Annotations (title, description, default, examples, $comment, readOnly, ...) and
 are ignored. Unsupported keywords (multipleOf, contains, unevaluated*, $dynamicRef, JSON Schema
 formats without a pattern, negations without a positive form, ...) raise GrammarError
 "unsupported keyword 'k' at /pointer"; with lenient=True they are dropped and listed in `relaxed`
-("k at /pointer"). Remote refs and regexes longer than max_regex_chars raise GrammarError in both
-modes; recursive schemas raise RecursiveSchemaError here, and compile_json_schema_rules compiles them
-for the grammar path (json_schema_cfg).
+("k at /pointer"). Remote refs raise GrammarError in both modes; recursive schemas raise
+RecursiveSchemaError here and regexes longer than max_regex_chars RegexTooLargeError, and
+compile_json_schema_rules compiles both for the grammar path (json_schema_cfg), where every
+subschema whose regex is RULE_MIN_CHARS long or more becomes a rule.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-from gdserve.grammar.errors import GrammarError, UnsatisfiableSchemaError
+from gdserve.grammar.errors import GrammarError, RegexTooLargeError, UnsatisfiableSchemaError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
 from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_range_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
@@ -120,6 +121,9 @@ MAX_BRANCHES = 256
 UNIQUE_SEQUENCES_LIMIT = 2000
 # ~200k regex characters take outlines-core ~15 s to index over a 49k-token vocabulary
 MAX_REGEX_CHARS = 200_000
+# On the grammar path a subschema whose regex is longer becomes a rule: terminals stay small, and
+# a subschema reached from many places is written once.
+RULE_MIN_CHARS = 2_000
 
 # Whitespace between tokens. After "{", "[", "," and before "}", "]": one space/tab, or a newline
 # and an indent of up to 4 spaces/tabs per open container, at most INDENT_MAX (indent=4 to depth 6,
@@ -161,7 +165,7 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     c = _Compiler(schema, ws_inline, ws_break, lenient)
     rx = c.compile_root()
     if len(rx) > max_regex_chars:
-        raise GrammarError(f"schema too large for the regex compiler: {len(rx)} regex characters "
+        raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
                            f"(limit {max_regex_chars})")
     return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
 
@@ -210,6 +214,7 @@ class _Rules:
     bodies: dict[str, str] = field(default_factory=dict)  # rule name -> regex with placeholders
     names: dict[tuple, str] = field(default_factory=dict)  # position key -> rule name
     active: set[tuple] = field(default_factory=set)  # positions being compiled (a cycle's entry)
+    by_body: dict[str, str] = field(default_factory=dict)  # a large subschema's regex -> its rule
 
 
 def _frac_digits(d: Decimal) -> int:
@@ -267,8 +272,13 @@ class _Compiler(Normalizer):
             out = self._compile(conj, width)
         finally:
             rules.active.discard(key)
-        if key not in rules.names or out is None:
+        if out is None:
             return out
+        if key not in rules.names:
+            if len(out) < RULE_MIN_CHARS:
+                return out
+            # a large subschema: a rule of its own, one for every position that compiles alike
+            rules.names[key] = rules.by_body.setdefault(out, f"r{len(rules.names)}")
         rules.bodies[rules.names[key]] = out
         return placeholder(rules.names[key])
 

@@ -36,6 +36,8 @@ def mask_library() -> ctypes.CDLL | None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
         lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
+        lib.walk_token_trie_crossings.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p]
+        lib.walk_token_trie_crossings.restype = ctypes.c_int64
     return lib
 
 
@@ -243,6 +245,35 @@ class TokenIndex:
         ids = np.flatnonzero((node >= 0) & (node_state[node] != self.dfa.dead))
         np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
         return words, node_state
+
+    def crossings_walk(self, state: int, vocab_size: int,
+                       accept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One walk of the trie from a lexer state whose DFA states emit terminal accept[s] (-1:
+        none): (uint32 packed tokens that stay alive, int32 nodes below depth 1 where the
+        lexeme dies right after an accepting state, int32 the terminal emitted there), nodes
+        ascending."""
+        lib = mask_library()
+        if lib is None:
+            words, node_state = self.walk(state, vocab_size)
+            t, dead = self.trie, self.dfa.dead
+            nodes = np.flatnonzero((node_state == dead) & (t.depth > 1))
+            parent_state = node_state[t.parent[nodes]]
+            terms = np.where(parent_state != dead, accept[parent_state], -1)
+            keep = terms >= 0
+            return words, nodes[keep].astype(np.int32), terms[keep].astype(np.int32)
+        t, trans = self.trie, self.dfa.trans
+        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        nodes = np.empty(len(t.byte), dtype=np.int32)
+        terms = np.empty(len(t.byte), dtype=np.int32)
+        count = np.zeros(1, dtype=np.int64)
+        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        accept = np.ascontiguousarray(accept, dtype=np.int32)
+        lib.walk_token_trie_crossings(
+            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
+            _ptr(t.skip), len(t.byte), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
+            _ptr(words), _ptr(accept), _ptr(nodes), _ptr(terms), _ptr(count), _ptr(stack))
+        n = int(count[0])
+        return words, nodes[:n].copy(), terms[:n].copy()
 
     def next_states(self, state: int) -> np.ndarray:
         """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes

@@ -34,3 +34,43 @@ int64_t walk_token_trie(const int32_t *trans, int32_t n_classes, int32_t dead,
     }
     return count;
 }
+
+/* The same walk from a lexer state, for a context-free grammar's masks (grammar/cfg_masks.py):
+   besides the tokens that stay alive, records each node below depth 1 where the lexeme dies
+   while its parent's state is accepting (accept[state] >= 0: the terminal emitted there), as
+   cross_nodes[k] / cross_terms[k], in preorder. *n_cross receives how many. */
+int64_t walk_token_trie_crossings(const int32_t *trans, int32_t n_classes, int32_t dead,
+                                  const uint8_t *node_class, const int32_t *depth,
+                                  const int32_t *skip, int32_t n_nodes, const int32_t *tok_ptr,
+                                  const int32_t *tok_ids, int32_t state, int32_t vocab_size,
+                                  uint32_t *words, const int32_t *accept, int32_t *cross_nodes,
+                                  int32_t *cross_terms, int64_t *n_cross, int32_t *stack) {
+    int64_t count = 0, n = 0;
+    stack[0] = state;
+    int32_t i = 0;
+    while (i < n_nodes) {
+        int32_t d = depth[i];
+        int32_t s = trans[(int64_t)stack[d - 1] * n_classes + node_class[i]];
+        if (s == dead) {
+            int32_t term = d > 1 ? accept[stack[d - 1]] : -1;
+            if (term >= 0) {
+                cross_nodes[n] = i;
+                cross_terms[n] = term;
+                n++;
+            }
+            i = skip[i];
+            continue;
+        }
+        stack[d] = s;
+        for (int32_t k = tok_ptr[i]; k < tok_ptr[i + 1]; k++) {
+            int32_t t = tok_ids[k];
+            if (t < vocab_size) {
+                words[t >> 5] |= 1u << (t & 31);
+                count++;
+            }
+        }
+        i++;
+    }
+    *n_cross = n;
+    return count;
+}

@@ -153,6 +153,33 @@ def test_a_cycle_with_no_container_raises(smollm2_tokenizer):
         compile_grammar("json", schema, smollm2_tokenizer)
 
 
+def test_a_schema_too_large_for_a_regex_takes_the_grammar_path(smollm2_tokenizer, monkeypatch):
+    """(The regex limit lowered so that a small schema is "too large".) Its large subschema, reached
+    from three places, is one rule; instances are accepted exactly as a validator decides."""
+    from functools import partial
+
+    from gdserve.grammar import compiler, json_schema
+    from gdserve.grammar.regex_tree import placeholder
+    monkeypatch.setattr(compiler, "compile_json_schema", partial(json_schema.compile_json_schema,
+                                                                 max_regex_chars=1500))
+    monkeypatch.setattr(json_schema, "RULE_MIN_CHARS", 300)
+    item = {"type": "object", "properties": {"at": {"type": "string", "format": "date"},
+                                             "n": {"type": "integer", "minimum": 1, "maximum": 12}},
+            "required": ["at"], "additionalProperties": False}
+    schema = {"$defs": {"item": item}, "type": "object", "additionalProperties": False,
+              "properties": {k: {"$ref": "#/$defs/item"} for k in ("a", "b", "c")}}
+    assert len(json_schema.compile_json_schema(schema, max_regex_chars=10**6).regex) > 1500
+    rules = json_schema.compile_json_schema_rules(schema)
+    assert list(rules.rules) == ["r0"] and placeholder("r0") in rules.root
+    g = compile_grammar("json", schema, smollm2_tokenizer)
+    assert g.regex is None  # a CfgGrammar
+    for instance in ({"a": {"at": "2024-02-29", "n": 3}, "c": {"at": "1999-12-31"}}, {},
+                     {"a": {"at": "2024-02-30"}}, {"b": {"n": 3}}, {"a": {"at": "2024-01-01", "n": 13}}):
+        text = json.dumps(instance)
+        valid = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).is_valid(instance)
+        assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)) == valid, text
+
+
 def test_smollm2_generations_validate(smollm2_dir):
     llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20)
     cases = [("tree", "Describe a small family tree as JSON."),

@@ -83,6 +83,23 @@ def test_native_and_numpy_walks_agree(smollm2_tokenizer, monkeypatch):
         assert np.array_equal(nexts[s], index.next_states(s))
 
 
+def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch):
+    """The grammar path's walk from each lexer state: the same tokens inside, and the same nodes
+    where a lexeme ends and the next begins, with their terminals."""
+    if mask_library() is None:
+        pytest.skip("no C compiler")
+    grammar = compile_grammar("json_object", None, smollm2_tokenizer)
+    dfa, accept = grammar.lexer.arrays()
+    index = TokenIndex(dfa, grammar.trie)
+    states = range(dfa.dead)
+    native = [index.crossings_walk(s, grammar.vocab_size, accept) for s in states]
+    assert sum(len(nodes) for _, nodes, _ in native) > 0
+    monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
+    for s, expected in zip(states, native):
+        for ours, theirs in zip(expected, index.crossings_walk(s, grammar.vocab_size, accept)):
+            assert np.array_equal(ours, theirs)
+
+
 def test_vocab_size_narrower_and_wider(smollm2_tokenizer):
     narrow = compile_grammar("regex", "[a-z]+", smollm2_tokenizer, vocab_size=1000)
     assert max(narrow.transitions(narrow.initial_state)) < 1000
