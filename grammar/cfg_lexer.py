@@ -105,10 +105,10 @@ class Lexer:
         else:
             parts = [(t, s) for t, s in key[1]
                      if not (self.spec.terminals[t].lazy and self.dfas[t].final[s])]
-        nexts = [(t, self.dfas[t].trans[s, joint[t]]) for t, s in parts]
+        nexts = [(t, self.dfas[t].trans[s, joint[t]].tolist(), self.dfas[t].dead) for t, s in parts]
         out = []
         for c in range(joint.shape[1]):
-            alive = tuple((t, int(n[c])) for t, n in nexts if n[c] != self.dfas[t].dead)
+            alive = tuple((t, n[c]) for t, n, dead in nexts if n[c] != dead)
             out.append(("in", alive) if alive else None)
         return out
 
