@@ -111,7 +111,7 @@ from gdserve.grammar.json_strings import (
     repeat,
     string_literal,
 )
-from gdserve.grammar.regex_tree import placeholder
+from gdserve.grammar.regex_tree import expanded_size, parse, placeholder
 
 ANY_VALUE_DEPTH = 2
 STRING_LENGTH_CAP = 256
@@ -121,9 +121,13 @@ MAX_BRANCHES = 256
 UNIQUE_SEQUENCES_LIMIT = 2000
 # ~200k regex characters take outlines-core ~15 s to index over a 49k-token vocabulary
 MAX_REGEX_CHARS = 200_000
+# Bounded repetitions written out (regex_tree.expanded_size): ~0.2 ms of indexing each; checked on
+# regexes longer than EXPANSION_CHECK_CHARS (shorter ones index in milliseconds).
+MAX_EXPANDED_SIZE = 40_000
+EXPANSION_CHECK_CHARS = 4_000
 # On the grammar path a subschema whose regex is longer becomes a rule: terminals stay small, and
 # a subschema reached from many places is written once.
-RULE_MIN_CHARS = 2_000
+RULE_MIN_CHARS = 500
 
 # Whitespace between tokens. After "{", "[", "," and before "}", "]": one space/tab, or a newline
 # and an indent of up to 4 spaces/tabs per open container, at most INDENT_MAX (indent=4 to depth 6,
@@ -158,15 +162,18 @@ def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = 
 def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | None = None,
                         lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> JsonSchemaRegex:
     """Like schema_to_regex, with the list of narrowed bounds too. Raises GrammarError for an
-    unsupported or unsatisfiable schema, and for a regex longer than max_regex_chars (a regex that
-    size takes outlines-core tens of seconds to index; such schemas want a grammar instead);
-    RecursiveSchemaError for a $ref cycle."""
+    unsupported or unsatisfiable schema; RegexTooLargeError for a regex longer than max_regex_chars
+    or expanding past MAX_EXPANDED_SIZE (outlines-core would take tens of seconds and gigabytes to
+    index it; such schemas want a grammar instead); RecursiveSchemaError for a $ref cycle."""
     schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
     c = _Compiler(schema, ws_inline, ws_break, lenient)
     rx = c.compile_root()
     if len(rx) > max_regex_chars:
         raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
-                           f"(limit {max_regex_chars})")
+                                 f"(limit {max_regex_chars})")
+    if len(rx) > EXPANSION_CHECK_CHARS and (size := expanded_size(parse(rx))) > MAX_EXPANDED_SIZE:
+        raise RegexTooLargeError(f"schema too large for the regex compiler: its regex expands to {size} "
+                                 f"positions (limit {MAX_EXPANDED_SIZE})")
     return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
 
 

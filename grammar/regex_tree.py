@@ -127,6 +127,17 @@ def min_bytes(node: Node, rules: dict[str, int]) -> int:
     return node.lo * min_bytes(node.item, rules) if node.lo else 0
 
 
+def expanded_size(node: Node) -> int:
+    """Atoms with every bounded repetition written out (`x{2,5}` as five copies of x): the size of
+    the position automaton the regex path determinizes, which predicts its cost better than the
+    regex's length (a 9k-character regex of nested bounded repetitions can need gigabytes)."""
+    if isinstance(node, Atom):
+        return 1
+    if isinstance(node, (Seq, Alt)):
+        return sum(map(expanded_size, node.items if isinstance(node, Seq) else node.options))
+    return max(node.lo if node.hi is None else node.hi, 1) * expanded_size(node.item)
+
+
 def max_optional_bytes(node: Node, rules: dict[str, int]) -> int:
     """The longest shortest text of an optional or repeated part of node (an alternative, a
     repetition's item): what one token may commit to once it takes that part."""

@@ -180,6 +180,26 @@ def test_a_schema_too_large_for_a_regex_takes_the_grammar_path(smollm2_tokenizer
         assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)) == valid, text
 
 
+def test_a_regex_that_expands_too_far_takes_the_grammar_path(smollm2_tokenizer, monkeypatch):
+    """Nested bounded repetitions: a short regex whose automaton would be huge (limits lowered so
+    that a small schema crosses them) compiles as a grammar, exact."""
+    from gdserve.grammar import json_schema
+    monkeypatch.setattr(json_schema, "MAX_EXPANDED_SIZE", 2000)
+    monkeypatch.setattr(json_schema, "EXPANSION_CHECK_CHARS", 100)
+    monkeypatch.setattr(json_schema, "RULE_MIN_CHARS", 100)
+    item = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 8}},
+            "required": ["a"], "additionalProperties": False}
+    schema = {"type": "array", "items": item, "maxItems": 20}
+    with pytest.raises(GrammarError, match="expands to"):
+        json_schema.compile_json_schema(schema)
+    g = compile_grammar("json", schema, smollm2_tokenizer)
+    assert g.regex is None  # a CfgGrammar
+    for instance in ([], [{"a": "x" * 8}] * 20, [{"a": "x" * 9}], [{"a": ""}] * 21, [{}]):
+        text = json.dumps(instance)
+        valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+        assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)) == valid, text
+
+
 def test_smollm2_generations_validate(smollm2_dir):
     llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20)
     cases = [("tree", "Describe a small family tree as JSON."),

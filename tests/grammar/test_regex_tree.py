@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from gdserve.grammar.regex_tree import has_rule, nonempty, nullable, parse, placeholder, to_regex
+from gdserve.grammar.regex_tree import expanded_size, has_rule, nonempty, nullable, parse, placeholder, to_regex
 
 REGEXES = [
     r'\{[ \t]?"a"[ \t]?:[ \t]?(?:null|\[(?:x(?:,x)*)?\])[ \t]?\}',
@@ -36,3 +36,9 @@ def test_placeholders_are_atoms():
     assert has_rule(tree) and not has_rule(parse(r"\[a\]"))
     assert to_regex(tree) == r"\[(?:" + placeholder("r0") + "," + placeholder("r0") + r"{2})?\]"
     assert nonempty(parse("(?:)")) is None
+
+
+@pytest.mark.parametrize("regex,size", [("a{2,5}b", 6), ("(?:ab|c)*", 3), ("(?:a{3}){2}", 6), ("x?y+", 2),
+                                        ("[0-9]{0,4}", 4)])
+def test_expanded_size_writes_out_bounded_repetitions(regex, size):
+    assert expanded_size(parse(regex)) == size
