@@ -99,6 +99,8 @@ class SamplingParams:
         _check(-2 <= self.frequency_penalty <= 2, "frequency_penalty", "in [-2, 2]", self.frequency_penalty)
         _check(self.repetition_penalty > 0, "repetition_penalty", "> 0", self.repetition_penalty)
         _check(self.min_tokens >= 0, "min_tokens", ">= 0", self.min_tokens)
+        if self.seed is not None:  # torch's generators take 64 bits
+            _check(-2**63 <= self.seed < 2**63, "seed", "a 64-bit signed integer", self.seed)
         if self.max_tokens is not None:
             _check(self.min_tokens <= self.max_tokens, "min_tokens",
                    f"<= max_tokens ({self.max_tokens})", self.min_tokens)

@@ -61,7 +61,7 @@ def load_grammar_text(spec: object) -> str:
     name = spec.strip()
     if name.startswith(BUILTIN_PREFIX):
         path = BUILTIN_DIR / f"{name[len(BUILTIN_PREFIX):]}.lark"
-        if not path.is_file() or "/" in name:
+        if "/" in name or not path.is_file():
             known = ", ".join(sorted(BUILTIN_PREFIX + p.stem for p in BUILTIN_DIR.glob("*.lark")))
             raise GrammarError(f"unknown built-in grammar {name!r}; known: {known}")
         return path.read_text()
@@ -80,7 +80,7 @@ def lark_to_spec(text: str) -> CfgSpec:
     from lark.parsers.lalr_analysis import LALR_Analyzer
     _warm_meta_parser()
     try:
-        grammar, _ = load_grammar(text, "<grammar>", None, False)
+        grammar, _ = load_grammar(text, "<grammar>", [_import_lark_stdlib_only], False)
         lark_terminals, rules, ignore = grammar.compile(["start"], set())
         analysis = LALR_Analyzer(ParserConf(rules, {}, ["start"]))
         analysis.compute_lalr()
@@ -92,6 +92,19 @@ def lark_to_spec(text: str) -> CfgSpec:
     actions = tuple(_actions(table.states[s]) for s in range(len(table.states)))
     return CfgSpec(text, terminals, frozenset(names[str(n)] for n in ignore), actions,
                    table.start_states["start"], table.end_states["start"])
+
+
+def _import_lark_stdlib_only(base_path, grammar_path: str):
+    """lark's %import hook (tried before its own search, which opens files relative to the working
+    directory): only lark's bundled grammars (`%import common.NUMBER`), so that a grammar from a
+    request never reaches the filesystem."""
+    from lark.load_grammar import stdlib_loader
+    try:
+        return stdlib_loader(base_path, grammar_path)
+    except OSError:
+        name = grammar_path.removesuffix(".lark").replace("/", ".")
+        raise GrammarError(f"invalid Lark grammar: cannot %import '{name}': only lark's own grammars "
+                           "(common, unicode) can be imported") from None
 
 
 def _warm_meta_parser() -> None:

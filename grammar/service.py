@@ -13,6 +13,8 @@ come back pickled (the byte DFA's arrays; the token trie is interned per tokeniz
 
 submit() never waits for a compile: it returns a Future, already completed on a cache hit.
 Compiled grammars, compile errors and timeouts are cached (two bounded LRUs); crashes are not.
+A job that fails through no fault of its constraint (its worker died or could not start, or the
+service closed) fails with CompilerUnavailableError, so a caller can tell "retry" from "fix it".
 With cache_dir, compiled grammars also persist on disk and are found there after a restart.
 """
 import json
@@ -41,6 +43,10 @@ if TYPE_CHECKING:
 
 OPTIONS = ("whitespace_pattern", "lenient")
 ERROR_CACHE_SIZE = 64
+
+
+class CompilerUnavailableError(GrammarError):
+    """The compile failed through no fault of the constraint: the same spec may compile on retry."""
 
 # ---- worker side -------------------------------------------------------------------------------
 _worker_vocab: TokenVocabulary | None = None
@@ -199,7 +205,7 @@ class CompileService:
             if self._closed:
                 return
             self._closed = True
-            closed = GrammarError("the grammar compile service was closed")
+            closed = CompilerUnavailableError("the grammar compile service was closed")
             for job in [*self._queue, *(lane.job for lane in self._lanes if lane.job)]:
                 self._settle(job, error=closed, cache=False)
             self._queue.clear()
@@ -246,7 +252,7 @@ class CompileService:
                 lane.pid = started.result()
             except BaseException as e:  # the worker cannot start: fail what waits, retry on demand
                 self._stop(lane)
-                error = GrammarError(f"grammar compile worker failed to start: {e!r}")
+                error = CompilerUnavailableError(f"grammar compile worker failed to start: {e!r}")
                 while self._queue:
                     self._settle(self._queue.popleft(), error=error, cache=False)
                 return
@@ -282,7 +288,7 @@ class CompileService:
             except GrammarError as e:
                 self._settle(job, error=e)
             except BrokenProcessPool:
-                self._settle(job, error=GrammarError(
+                self._settle(job, error=CompilerUnavailableError(
                     f"the grammar compile worker died while compiling this {job.kind} constraint "
                     "(killed, or out of memory)"), cache=False)
                 lane.pid = None  # dead already

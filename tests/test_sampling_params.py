@@ -40,6 +40,8 @@ def test_normalization():
     ("stop", ["ok", ""], "non-empty"),
     ("stop", "", "non-empty"),
     ("stop_token_ids", [-1], "non-negative"),
+    ("seed", 2**63, "64-bit"),
+    ("seed", -2**63 - 1, "64-bit"),
 ])
 def test_out_of_range_names_field_and_range(field, value, accepted):
     with pytest.raises(ValueError) as e:

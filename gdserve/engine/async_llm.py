@@ -7,6 +7,12 @@ threads than there are cores, their workers stop spinning between ops (measured:
 when the model was loaded on another thread than the one that steps it). Outputs travel back to each
 request's asyncio.Queue through `loop.call_soon_threadsafe`. torch releases the GIL inside its
 ops, so the event loop keeps serving HTTP while a step runs.
+
+Failures: the engine contains a failed request or step itself (llm_engine.py); its callers see
+RequestFailed. Should a step still raise (a bug in the engine's own bookkeeping), every request
+in flight fails with RequestFailed, the engine is emptied, and it serves new requests. Once shut
+down (or if its thread dies), the engine fails what is in flight and what comes after with
+EngineDeadError: nothing waits on it forever.
 """
 import asyncio
 import logging
@@ -26,7 +32,11 @@ logger = logging.getLogger(__name__)
 
 
 class EngineDeadError(RuntimeError):
-    pass
+    """The engine has shut down (or its thread died): it takes no more requests."""
+
+
+class RequestFailed(RuntimeError):
+    """The engine finished the request with an error (e.g. a failed step)."""
 
 
 class AsyncLLM:
@@ -36,6 +46,10 @@ class AsyncLLM:
         self._wake = threading.Event()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._compile_lock = threading.Lock()
+        # Nothing enters the inbox once _stopped is set. Reentrant: a RequestStream that the garbage
+        # collector finalizes while this thread holds it submits its abort.
+        self._inbox_lock = threading.RLock()
+        self._shutdown_lock = threading.Lock()
         self._stopped = False
         self._num_active = 0  # generate() calls in flight, counted on the asyncio side
         loaded: Future = Future()
@@ -58,7 +72,9 @@ class AsyncLLM:
         return await asyncio.wrap_future(future), hit
 
     def _submit_compile(self, guided: GuidedDecodingParams) -> Future:
-        with self._compile_lock:  # the engine starts its compile service lazily
+        with self._compile_lock:  # the engine starts its compile service lazily, shutdown closes it
+            if self._stopped:
+                raise EngineDeadError("the engine has shut down")
             return self.engine.guided.submit(guided)
 
     async def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -111,18 +127,25 @@ class AsyncLLM:
         return await result
 
     def _submit(self, fn: Callable[[], None]) -> None:
-        if self._stopped:
-            raise EngineDeadError("the engine has shut down")
-        self._inbox.put(fn)
+        with self._inbox_lock:
+            if self._stopped:
+                raise EngineDeadError("the engine has shut down")
+            self._inbox.put(fn)
         self._wake.set()
 
     def shutdown(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._wake.set()
-        self._thread.join(timeout=30)
-        self.engine.close()
+        """Stop the engine: requests in flight and calls waiting on it fail with EngineDeadError,
+        the compile workers stop. Idempotent; a second caller waits for the first to finish."""
+        with self._shutdown_lock:
+            self._stop()
+            self._wake.set()
+            self._thread.join(timeout=30)
+            with self._compile_lock:
+                self.engine.close()
+
+    def _stop(self) -> None:
+        with self._inbox_lock:
+            self._stopped = True
 
     # ---- the engine thread -----------------------------------------------------------------
     def _run(self, config: EngineConfig, loaded: Future) -> None:
@@ -133,7 +156,14 @@ class AsyncLLM:
             return
         self.engine = engine
         loaded.set_result(engine)
-        self._loop()
+        try:
+            self._loop()
+        finally:
+            if not self._stopped:
+                logger.error("the engine loop exited unexpectedly: the engine is dead")
+            self._stop()
+            self._drain_inbox()  # what came in before the stop: its calls get their answer
+            self._fail_all(EngineDeadError, "the engine has shut down")
 
     def _loop(self) -> None:
         while not self._stopped:
@@ -146,8 +176,9 @@ class AsyncLLM:
             try:
                 outputs = self.engine.step()
             except Exception as e:
-                logger.exception("engine step failed; failing the requests in flight")
-                self._fail_all(e)
+                logger.exception("engine step raised: failing every request in flight")
+                self._fail_all(RequestFailed, f"the engine step failed ({type(e).__name__}); "
+                                              "the engine log has the details")
                 continue
             self.stats = self.engine.stats()
             for out in outputs:
@@ -173,24 +204,19 @@ class AsyncLLM:
         for completion in out.outputs:  # the engine keeps appending to these lists
             if completion.logprobs is not None:
                 completion.logprobs = list(completion.logprobs)
-        loop, outputs = stream
-        loop.call_soon_threadsafe(outputs.put_nowait, out)
+        _post(*stream, out)
 
     def _abort(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
         self.engine.abort_request(request_id)
 
-    def _fail_all(self, error: Exception) -> None:
-        """After a failed step the batch's state is unknown: abort every request with an error."""
+    def _fail_all(self, error_type: type[Exception], message: str) -> None:
+        """Abort every request, raising error_type(message) in each one's stream."""
         for request_id, (loop, outputs) in list(self._streams.items()):
             self._abort(request_id)
-            loop.call_soon_threadsafe(outputs.put_nowait, EngineDeadError(f"engine step failed: {error!r}"))
+            _post(loop, outputs, error_type(message))
         for request_id in list(self.engine.requests):
             self.engine.abort_request(request_id)
-
-
-class RequestFailed(RuntimeError):
-    """The engine finished the request with an error (e.g. a failed step)."""
 
 
 class RequestStream:
@@ -226,8 +252,10 @@ class RequestStream:
         """Abort the request unless it has finished; idempotent."""
         if not self.finished:
             self._release()
-            if not self.llm._stopped:
+            try:
                 self.llm._submit(lambda: self.llm._abort(self.request_id))
+            except EngineDeadError:
+                pass  # a stopped engine has aborted everything
 
     async def aclose(self) -> None:
         self.close()
@@ -239,6 +267,14 @@ class RequestStream:
     def __del__(self) -> None:  # a stream dropped unread (e.g. a response cancelled before it began)
         if not self.finished:
             self.close()
+
+
+def _post(loop: asyncio.AbstractEventLoop, outputs: asyncio.Queue, item: object) -> None:
+    """Hand a request's output (or error) to its stream, on the stream's event loop."""
+    try:
+        loop.call_soon_threadsafe(outputs.put_nowait, item)
+    except RuntimeError:  # that loop has closed: nobody reads the stream any more
+        pass
 
 
 def _settle(future: asyncio.Future, value, error: BaseException | None) -> None:

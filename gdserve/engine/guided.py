@@ -1,6 +1,8 @@
 """Guided decoding in the decode loop: compile constraints off the loop, mask the guided rows'
 logits with one bitmask per step, advance each sequence's matcher with its sampled token."""
+from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -8,7 +10,7 @@ import torch
 from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
 from gdserve.grammar.matcher import stack_rows
-from gdserve.grammar.service import CompileService
+from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
 from gdserve.utils import to_device
@@ -24,11 +26,14 @@ class GuidedDecoder:
         self.compile_workers = compile_workers
         self.cache_dir = cache_dir
         self._service: CompileService | None = None
+        self._closed = False
         self._bitmask = allocate_token_bitmask(1, vocab_size)
 
     @property
     def service(self) -> CompileService:
         """Started on first use: a server that never sees a guided request spawns no workers."""
+        if self._closed:
+            raise CompilerUnavailableError("the engine is closed: no more constraints compile")
         if self._service is None:
             self._service = CompileService(self.tokenizer, max_workers=self.compile_workers,
                                            timeout_s=self.compile_timeout_s,
@@ -39,16 +44,23 @@ class GuidedDecoder:
     def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
-    def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+    def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
+                      guard: Callable[[Sequence], AbstractContextManager]) -> None:
         """Mask row i of logits by seqs[i]'s matcher, for every guided sequence still running, in
-        one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy."""
-        rows = [i for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
+        one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy.
+        Each matcher runs inside guard(seq), which contains its exceptions: a row whose matcher
+        raised is left unmasked (its sequence has been finished, so its token is dropped)."""
+        rows, words = [], []
+        for i, seq in enumerate(seqs):
+            if seq.matcher is None or seq.is_finished:
+                continue
+            with guard(seq):
+                # After this token, max_tokens leaves this many for the rest and EOS: the matcher keeps
+                # the constraint completable within them (unbounded strings close in time).
+                words.append(seq.matcher.next_token_row(seq.max_tokens - seq.num_output_tokens - 2))
+                rows.append(i)
         if not rows:
             return
-        # After this token, max_tokens leaves this many for the rest and EOS: the matcher keeps
-        # the constraint completable within them (unbounded strings close in time).
-        words = [seqs[i].matcher.next_token_row(seqs[i].max_tokens - seqs[i].num_output_tokens - 2)
-                 for i in rows]
         bitmask = self._buffer(len(rows), logits.device)
         stack_rows(bitmask, words, self.vocab_size)
         indices = to_device(rows, torch.int64, logits.device)
@@ -65,6 +77,7 @@ class GuidedDecoder:
         return self._bitmask[:num_rows]
 
     def close(self) -> None:
+        self._closed = True
         if self._service is not None:
             self._service.close()
             self._service = None

@@ -1,23 +1,34 @@
-"""The engine core: admit requests, step the batch, sample, detokenize, finish."""
+"""The engine core: admit requests, step the batch, sample, detokenize, finish.
+
+Failures are contained where they belong. An exception in one request's share of a step (creating
+or advancing its grammar matcher, detokenizing, stop checks, logprobs) finishes that request alone
+with an error; one in the batch's shared work (the forward, the sampler, the copy to the host)
+finishes the requests of that step with an error. Either way their blocks are freed, the error is
+in their RequestOutput, and the engine goes on with the other requests and new ones.
+"""
 import itertools
+import logging
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
-
-from dataclasses import dataclass
 
 from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.guided import GuidedDecoder
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
-from gdserve.engine.request import PLACEHOLDER, Sequence, SequenceStatus
+from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
-from gdserve.engine.scheduler import Scheduler
+from gdserve.engine.scheduler import ScheduledBatch, Scheduler
 from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
 from gdserve.grammar import Grammar
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class LLMEngine:
         self.prompts: dict[str, str | None] = {}
         self.errors: dict[str, str] = {}
         self.compiling: dict[str, Future[Grammar]] = {}  # guided requests waiting for their grammar
+        self._failed: list[str] = []  # requests failed since the last step returned
         self._ids = itertools.count()
 
     # ---- admission -------------------------------------------------------------------------
@@ -104,25 +116,21 @@ class LLMEngine:
         return request_id
 
     def _schedule(self, request_id: str, grammar: Grammar | None) -> None:
-        for seq in self.requests[request_id]:
-            seq.matcher = grammar.matcher() if grammar is not None else None
-            self.scheduler.add(seq)
+        with self._guard(request_id, "creating its grammar matcher"):
+            for seq in self.requests[request_id]:
+                seq.matcher = grammar.matcher() if grammar is not None else None
+                self.scheduler.add(seq)
 
-    def _admit_compiled(self) -> list[RequestOutput]:
+    def _admit_compiled(self) -> None:
         """Schedule the requests whose grammar is ready; fail those whose compile failed."""
-        failed = []
         for request_id, future in list(self.compiling.items()):
             if not future.done():
                 continue
             del self.compiling[request_id]
             if future.exception() is None:
                 self._schedule(request_id, future.result())
-                continue
-            self.errors[request_id] = str(future.exception())
-            for seq in self.requests[request_id]:
-                seq.finish_reason, seq.status = "error", SequenceStatus.FINISHED
-            failed.append(request_id)
-        return [self._pop_output(r) for r in failed]
+            else:
+                self._fail(request_id, str(future.exception()))
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Validate the prompt against the model and the cache; return the resolved max_tokens."""
@@ -168,7 +176,8 @@ class LLMEngine:
         self.errors.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self.compiling) or self._pending is not None
+        return (self.scheduler.has_unfinished() or bool(self.compiling) or self._pending is not None
+                or bool(self._failed))
 
     def close(self) -> None:
         self.guided.close()
@@ -202,35 +211,46 @@ class LLMEngine:
     # ---- the loop --------------------------------------------------------------------------
     @torch.inference_mode()  # the logits are inference tensors: penalties update them in place
     def step(self) -> list[RequestOutput]:
-        """Run one batch; return an output for each request that gained a token or finished.
+        """Run one batch; return an output for each request that gained a token or finished
+        (failed ones included: see the module docstring).
 
         With async_scheduling a step's sampled tokens stay on the device (the next step's inputs
         read them there) and reach the host during the next step, while the device runs its
         forward: the step returns the outputs of the one before it. A sequence that turns out to
         have finished has had one more row computed, whose token is dropped."""
-        failed = self._admit_compiled()
+        self._admit_compiled()
         batch = self.scheduler.schedule()
+        in_flight = batch.seqs + (self._pending.seqs if self._pending is not None else [])
+        outputs: list[RequestOutput] = []
+        try:
+            self._run_batch(batch, outputs)
+        except Exception as e:
+            self._fail_step(in_flight, e)
+        return outputs + self._take_failed()
+
+    def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput]) -> None:
+        """Run the batch, adding to outputs as they come: a failure keeps those before it."""
         if batch.is_empty:
-            outputs = self._take_pending()
-            if self.compiling and not failed and not outputs:  # nothing to run until a grammar is ready
+            outputs += self._take_pending()
+            if self.compiling and not self._failed and not outputs:  # nothing to run until a grammar is ready
                 wait(self.compiling.values(), timeout=0.05, return_when=FIRST_COMPLETED)
-            return failed + outputs
+            return
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids)
-        outputs = self._take_pending()
+        outputs += self._take_pending()
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
             if not seq.is_finished:
                 self.kv_cache.cache_full_blocks(seq)
         sampled = [batch.seqs[i] for i in sample_rows]
         if sampled:
-            self.guided.apply_bitmask(logits, sampled)
+            self.guided.apply_bitmask(logits, sampled,
+                                      lambda seq: self._guard(seq.request_id, "computing its grammar mask"))
             self._pending = self._sample(sampled, logits)
             if not self.async_scheduling:
                 outputs += self._take_pending()
-        return failed + outputs
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> PendingSample:
         """Sample every row; a sequence still running holds a PLACEHOLDER for its token."""
@@ -259,9 +279,10 @@ class LLMEngine:
                     seq.token_ids.pop()
                 continue
             seq.token_ids[-1] = token_id
-            if logprobs is not None:
-                self._record_logprobs(seq, token_id, logprobs[row], top, row)
-            self._check_finished(seq, token_id)
+            with self._guard(seq.request_id, "processing its sampled token"):
+                if logprobs is not None:
+                    self._record_logprobs(seq, token_id, logprobs[row], top, row)
+                self._check_finished(seq, token_id)
             taken.append(seq)
         return self._collect_outputs(taken)
 
@@ -285,8 +306,7 @@ class LLMEngine:
         """seq has just gained token_id: advance its matcher and detokenizer, finish it if due."""
         params = seq.params
         if seq.matcher is not None and not seq.matcher.accept_token(token_id):
-            self.errors[seq.request_id] = f"token {token_id} was sampled outside the grammar's mask"
-            self._finish(seq, "error")
+            self._fail(seq.request_id, f"token {token_id} was sampled outside the grammar's mask")
             return
         if token_id in self.eos_token_ids and (not params.ignore_eos or seq.matcher is not None):
             self._finish(seq, "stop")
@@ -306,6 +326,44 @@ class LLMEngine:
         seq.finish_reason, seq.stop_reason = reason, stop_reason
         seq.text += seq.detokenizer.flush()
         self.scheduler.finish(seq)
+
+    @contextmanager
+    def _guard(self, request_id: str, what: str) -> Iterator[None]:
+        """One request's share of the step: an exception in it fails that request alone."""
+        try:
+            yield
+        except Exception as e:
+            logger.exception("request %s failed: %s raised", request_id, what)
+            self._fail(request_id, f"{what} failed ({type(e).__name__}); the engine log has the details")
+
+    def _fail_step(self, seqs: list[Sequence], error: Exception) -> None:
+        """The batch's shared work raised: fail the requests of these sequences (their tokens in
+        flight are lost with it)."""
+        logger.error("engine step failed: failing the requests of its %d sequences", len(seqs), exc_info=error)
+        self._pending = None
+        for request_id in dict.fromkeys(seq.request_id for seq in seqs):
+            if request_id in self.requests:  # not finished (and reported) before the failure
+                self._fail(request_id, f"the engine step failed ({type(error).__name__}); "
+                                       "the engine log has the details")
+
+    def _fail(self, request_id: str, error: str) -> None:
+        """Finish every sequence of the request with `error` and free its blocks; the step
+        reports it. A token still on its way to the host is dropped."""
+        self.errors[request_id] = error
+        self.compiling.pop(request_id, None)
+        for seq in self.requests[request_id]:
+            if seq.is_finished:
+                continue
+            if seq.token_ids[-1] == PLACEHOLDER:
+                seq.token_ids.pop()
+            seq.finish_reason = "error"
+            self.scheduler.finish(seq)
+        self._failed.append(request_id)
+
+    def _take_failed(self) -> list[RequestOutput]:
+        """Outputs of the requests failed since the last step that no other output reported."""
+        failed, self._failed = self._failed, []
+        return [self._pop_output(r) for r in dict.fromkeys(failed) if r in self.requests]
 
     def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
         """Outputs of the requests these sequences belong to; a final_only request's only once

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModel
 
 from gdserve.config import EngineConfig
-from gdserve.engine.async_llm import AsyncLLM, EngineDeadError
+from gdserve.engine.async_llm import AsyncLLM, RequestFailed
 from gdserve.sampling_params import SamplingParams
 
 
@@ -72,7 +72,7 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(llm, monkeypatch)
     monkeypatch.setattr(llm.engine, "step", flaky_step)
 
     async def run():
-        with pytest.raises(EngineDeadError, match="boom"):
+        with pytest.raises(RequestFailed, match="the engine step failed \\(RuntimeError\\)"):
             await _final(llm, "doomed", [5, 6], SamplingParams(max_tokens=20, ignore_eos=True))
         return await _final(llm, "after", [5, 6], SamplingParams(max_tokens=3, ignore_eos=True))
 

@@ -13,7 +13,7 @@ import torch
 from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.cfg_oracle import LarkOracle, oracle_walk
 from gdserve.grammar.cfg_sample import SentenceSampler
-from gdserve.grammar.lark_spec import load_grammar_text
+from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
 from tests.grammar.walk import (accepts_all, allowed_ids, random_split, single_byte_ids, token_ids_by_bytes,
                                 tokenized_mutants)
 
@@ -173,6 +173,19 @@ def test_builtin_by_name_and_errors(smollm2_tokenizer):
         compile_grammar("grammar", 'start: a | b\na: "x"\nb: "x"', smollm2_tokenizer)
     with pytest.raises(GrammarError, match="lookaround"):
         compile_grammar("grammar", 'start: A\nA: /a(?=b)/', smollm2_tokenizer)
+
+
+@pytest.mark.parametrize("statement", ["%import .secret (S)", "%import secret (S)", "%import tmp.secret (S)",
+                                       "%import .common.NUMBER -> S"])
+def test_imports_reach_only_lark_grammars(tmp_path, monkeypatch, statement):
+    """A %import never reads a file: not one beside the working directory, where lark looks."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.lark").write_text('S: "s"')
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "secret.lark").write_text('S: "s"')
+    with pytest.raises(GrammarError, match="only lark's own grammars"):
+        lark_to_spec(f"{statement}\nstart: S")
+    assert [t.name for t in lark_to_spec("%import common.NUMBER\nstart: NUMBER").terminals] == ["NUMBER"]
 
 
 def test_pickled_grammar_matches(smollm2_tokenizer):

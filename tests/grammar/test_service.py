@@ -6,7 +6,7 @@ from concurrent.futures import wait
 import pytest
 
 from gdserve.grammar import GrammarError, compile_grammar
-from gdserve.grammar.service import CompileService
+from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from tests.grammar.walk import allowed_ids
 
 SLOW = r"(a|b|ab){1,400}c{1,600}"    # ~6 s to build its DFA (81k states)
@@ -88,7 +88,7 @@ def test_killed_worker_fails_its_job_then_compiles_again(smollm2_tokenizer):
         future = svc.submit("regex", SLOW)
         time.sleep(0.5)
         os.kill(svc.worker_pids()[0], 9)
-        with pytest.raises(GrammarError, match="worker died"):
+        with pytest.raises(CompilerUnavailableError, match="worker died"):
             future.result(timeout=10)
         assert svc.compile("choice", ["after"]).regex == "(after)"
 
@@ -97,7 +97,7 @@ def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
     svc = CompileService(smollm2_tokenizer, timeout_s=30.0)
     future = svc.submit("regex", SLOW)
     svc.close()
-    with pytest.raises(GrammarError, match="closed"):
+    with pytest.raises(CompilerUnavailableError, match="closed"):
         future.result(timeout=5)
     with pytest.raises(RuntimeError, match="closed"):
         svc.submit("regex", "a")

@@ -1,15 +1,19 @@
-"""The FastAPI app: routes, the API key check, error handlers."""
+"""The FastAPI app: routes, middlewares (CORS, API key, body size), error handlers."""
 import asyncio
 import copy
-import secrets
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import PlainTextResponse, Response
 
 from gdserve.engine.async_llm import AsyncLLM
-from gdserve.entrypoints.openai.errors import error_response, install_error_handlers
+from gdserve.entrypoints.openai.errors import install_error_handlers
+from gdserve.entrypoints.openai.limits import RequestLimits
 from gdserve.entrypoints.openai.metrics import CONTENT_TYPE_LATEST, Metrics
+from gdserve.entrypoints.openai.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from gdserve.entrypoints.openai.openapi import (MODEL_ROUTE, ChatCompletion, Completion, EmbeddingList,
+                                                ModelList, responses)
 from gdserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gdserve.entrypoints.openai.serving import ServingContext, now
 from gdserve.entrypoints.openai.serving_chat import create_chat_completion
@@ -18,11 +22,14 @@ from gdserve.entrypoints.openai.serving_embedding import create_embedding
 
 
 def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = None,
-              max_queue: int | None = None, chat_template: str | None = None) -> FastAPI:
-    """chat_template: a Jinja template overriding the tokenizer's. The app shuts the engine down
-    when it stops (uvicorn re-raises SIGTERM after its shutdown, so this is the last chance)."""
+              max_queue: int | None = None, chat_template: str | None = None,
+              limits: RequestLimits | None = None, allowed_origins: list[str] | None = None) -> FastAPI:
+    """chat_template: a Jinja template overriding the tokenizer's. allowed_origins: CORS is off
+    unless given. The app shuts the engine down when it stops (uvicorn re-raises SIGTERM after its
+    shutdown, so this is the last chance)."""
+    limits = limits or RequestLimits()
     ctx = ServingContext(engine, copy.deepcopy(engine.tokenizer), served_model_name,
-                         Metrics(engine, served_model_name), max_queue, chat_template)
+                         Metrics(engine, served_model_name), max_queue, chat_template, limits)
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         yield
@@ -31,51 +38,38 @@ def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = No
     app = FastAPI(title="gdserve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.ctx = ctx
     install_error_handlers(app)
+    # The last added runs first: CORS (so that errors carry its headers too), the key, the size.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     if api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
+    if allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response, responses={200: {"description": "the server is up"}})
     async def health() -> Response:
         return Response(status_code=200)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=responses())
     async def metrics() -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=responses(ok=ModelList))
     async def models() -> dict:
         card = {"id": served_model_name, "object": "model", "created": now(), "owned_by": "gdserve",
                 "max_model_len": ctx.max_model_len}
         return {"object": "list", "data": [card]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=responses(*MODEL_ROUTE, ok=ChatCompletion, streams=True))
     async def chat(request: ChatCompletionRequest, raw: Request):
         return await create_chat_completion(ctx, request, raw)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=responses(*MODEL_ROUTE, ok=Completion, streams=True))
     async def completions(request: CompletionRequest, raw: Request):
         return await create_completion(ctx, request, raw)
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", responses=responses(*MODEL_ROUTE, ok=EmbeddingList))
     async def embeddings(request: EmbeddingRequest):
         return await create_embedding(ctx, request)
 
     return app
-
-
-class APIKeyMiddleware:
-    """401 for /v1/* without `Authorization: Bearer KEY` (plain ASGI: streaming and
-    disconnects pass through untouched)."""
-
-    def __init__(self, app, api_key: str):
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
-                response = error_response(401, "missing or invalid API key (send Authorization: "
-                                               "Bearer KEY)", code="invalid_api_key")
-                return await response(scope, receive, send)
-        await self.app(scope, receive, send)

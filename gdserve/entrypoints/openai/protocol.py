@@ -1,13 +1,14 @@
 """Pydantic models of the OpenAI API requests we accept. Unknown fields are accepted and ignored
 (extra="allow"); every field declared here is honoured or rejected with a 400 by the handlers.
-Value ranges are checked by SamplingParams (400), types by pydantic (422)."""
+Value ranges are checked by SamplingParams and limits.RequestLimits (400), types by pydantic (422;
+NaN and infinities, which JSON does not have, are type errors)."""
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class OpenAIModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 class StreamOptions(OpenAIModel):

@@ -7,22 +7,41 @@ import time
 from pathlib import Path
 
 from gdserve.config import EngineConfig
+from gdserve.entrypoints.openai.limits import RequestLimits
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1/*")
+    parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on every path but /health "
+                                          "(/metrics and /openapi.json included)")
     parser.add_argument("--served-model-name", help="the model id clients send (default: MODEL)")
     parser.add_argument("--chat-template", help="a Jinja chat template file overriding the tokenizer's")
     parser.add_argument("--max-queue", type=int, help="answer 429 beyond this many waiting + running requests")
+    limits = RequestLimits()
+    parser.add_argument("--max-n", type=_positive_int, default=limits.max_n,
+                        help=f"the largest `n` (samples per prompt) a request may ask for; more is a 400 "
+                             f"(default: %(default)s; OpenAI's cap is 128). Other fixed limits: "
+                             f"{limits.max_stop} stop sequences of {limits.max_stop_chars} characters at most, "
+                             f"JSON Schemas {limits.max_schema_depth} objects/arrays deep and "
+                             f"{limits.max_schema_values} values at most")
+    parser.add_argument("--max-request-bytes", type=_positive_int, default=limits.max_request_bytes,
+                        help="answer 413 to a request body larger than this, unread (default: %(default)s)")
+    parser.add_argument("--allowed-origins", type=_comma_list, action="extend", metavar="ORIGINS",
+                        help="CORS: origins (comma-separated or repeated; * for any) whose browser pages may "
+                             "call the API; without it no CORS headers are sent")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+# On SIGTERM, requests in flight have this long to finish before they are failed (draining.py).
+SHUTDOWN_GRACE_S = 5.0
 
 
 def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     import uvicorn
 
     from gdserve.entrypoints.openai.app import build_app
+    from gdserve.entrypoints.openai.draining import DrainingServer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.max_queue is not None and args.max_queue < 1:
@@ -30,12 +49,26 @@ def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
     engine = _load(args.model, engine_kwargs)
     name = args.served_model_name or args.model
-    app = build_app(engine, name, args.api_key, args.max_queue, chat_template)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=5)
+    app = build_app(engine, name, args.api_key, args.max_queue, chat_template, _limits(args), args.allowed_origins)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     _say(f"serving {args.model} as '{name}' on http://{args.host}:{args.port}/v1 "
          f"(GET /health, /v1/models, /metrics)")
-    uvicorn.Server(config).run()
+    DrainingServer(config, engine, SHUTDOWN_GRACE_S).run()
+
+
+def _limits(args: argparse.Namespace) -> RequestLimits:
+    return RequestLimits(max_request_bytes=args.max_request_bytes, max_n=args.max_n)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _load(model: str, engine_kwargs: dict):

@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from gdserve.engine.async_llm import AsyncLLM, EngineDeadError, RequestFailed, RequestStream
-from gdserve.entrypoints.openai.errors import APIError, bad_request
+from gdserve.entrypoints.openai.errors import APIError, bad_request, engine_failure
+from gdserve.entrypoints.openai.limits import RequestLimits
 from gdserve.entrypoints.openai.logprobs import TokenText
 from gdserve.entrypoints.openai.metrics import Metrics, RequestTimer
-from gdserve.entrypoints.openai.protocol import SamplingRequest
+from gdserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from gdserve.entrypoints.openai.structured import guided_params
 from gdserve.grammar import Grammar, GrammarError
+from gdserve.grammar.service import CompilerUnavailableError
 from gdserve.outputs import RequestOutput
 from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
 
@@ -28,6 +30,7 @@ class ServingContext:
     metrics: Metrics
     max_queue: int | None = None
     chat_template: str | None = None
+    limits: RequestLimits = field(default_factory=RequestLimits)
     token_text: TokenText = field(init=False)
 
     def __post_init__(self) -> None:
@@ -75,9 +78,13 @@ def sampling_params(request: SamplingRequest, max_tokens: int | None, logprobs: 
         raise bad_request(str(e), _field_of(str(e))) from None
 
 
+_REQUEST_FIELDS = frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
+
+
 def _field_of(message: str) -> str | None:
+    """The request field a SamplingParams or engine message starts with ("top_p must be ...")."""
     word = message.split(" ", 1)[0].split("[", 1)[0]
-    return word if word.isidentifier() else None
+    return word if word in _REQUEST_FIELDS else None
 
 
 async def compile_constraint(ctx: ServingContext, request: SamplingRequest) -> Grammar | None:
@@ -91,9 +98,18 @@ async def compile_constraint(ctx: ServingContext, request: SamplingRequest) -> G
 
 
 async def compile_guided(ctx: ServingContext, guided: GuidedDecodingParams) -> Grammar:
-    """Compile off the loop, recording the time; raises GrammarError."""
+    """Compile off the loop, recording the time; raises GrammarError (a JSON Schema past the
+    server's size limits among them)."""
+    if guided.kind == "json":
+        ctx.limits.check_schema(guided.spec)
     start = time.monotonic()
-    grammar, hit = await ctx.engine.compile(guided)
+    try:
+        grammar, hit = await ctx.engine.compile(guided)
+    except CompilerUnavailableError as e:  # not the constraint's fault: a 503, not a 400
+        raise APIError(503, f"the grammar compiler is unavailable: {e}; retry the request",
+                       code="grammar_compiler_unavailable") from None
+    except EngineDeadError as e:
+        raise engine_failure(e) from None
     ctx.metrics.observe_compile(time.monotonic() - start, hit)
     return grammar
 
@@ -107,8 +123,10 @@ async def start_request(ctx: ServingContext, request_id: str, prompt_token_ids: 
     try:
         return await ctx.engine.add_request(request_id, prompt_token_ids, params, prompt, grammar,
                                             on_output=timer.update)
-    except ValueError as e:
-        raise bad_request(str(e), "prompt" if "prompt" in str(e) else None) from None
+    except ValueError as e:  # the engine's messages start with the field at fault
+        raise bad_request(str(e), _field_of(str(e))) from None
+    except EngineDeadError as e:
+        raise engine_failure(e) from None
 
 
 async def start_all(ctx: ServingContext, request_id: str, prompts: list[tuple[str | None, list[int]]],
@@ -143,10 +161,6 @@ def usage(outputs: list[RequestOutput]) -> dict:
     completion = sum(o.num_generated_tokens for o in outputs)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outputs)}}
-
-
-def engine_failure(e: RequestFailed | EngineDeadError) -> APIError:
-    return APIError(500, f"the request failed in the engine: {e}")
 
 
 async def merge(streams: list[AsyncIterator]) -> AsyncIterator[tuple[int, object]]:
@@ -200,6 +214,7 @@ async def abort_on_disconnect(request: Request, work: Awaitable):
         watcher.cancel()
         if not task.done():
             task.cancel()
+            await asyncio.wait([task])  # a cancel is only a request: let it (and its aborts) run
     if task.cancelled():
         raise APIError(499, "the client disconnected")
     return task.result()

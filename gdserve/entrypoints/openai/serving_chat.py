@@ -23,6 +23,7 @@ from gdserve.sampling_params import GuidedDecodingParams
 
 async def create_chat_completion(ctx: ServingContext, request: ChatCompletionRequest, raw: Request):
     ctx.check_model(request.model)
+    ctx.limits.check_sampling(request)
     _reject_unsupported(request)
     plan = plan_tools(request)
     text = render_chat(ctx.tokenizer, ctx.chat_template, request.messages, plan, request.add_generation_prompt,

@@ -16,6 +16,7 @@ from gdserve.outputs import RequestOutput
 
 async def create_completion(ctx: ServingContext, request: CompletionRequest, raw: Request):
     ctx.check_model(request.model)
+    ctx.limits.check_sampling(request)
     _reject_unsupported(request)
     prompts = _prompts(ctx, request.prompt)
     ctx.check_queue(len(prompts))

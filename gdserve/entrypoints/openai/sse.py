@@ -1,14 +1,11 @@
 """Server-sent events: `data: {json}` frames, an error frame on failure, `data: [DONE]` at the end."""
 import json
-import logging
 from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
 from gdserve.engine.async_llm import EngineDeadError, RequestFailed
-from gdserve.entrypoints.openai.errors import APIError, error_body
-
-logger = logging.getLogger(__name__)
+from gdserve.entrypoints.openai.errors import APIError, engine_failure, internal_error_body
 
 
 def frame(data: dict) -> str:
@@ -22,10 +19,9 @@ async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
     except APIError as e:
         yield frame(e.body())
     except (RequestFailed, EngineDeadError) as e:
-        yield frame(error_body(500, f"the request failed in the engine: {e}"))
+        yield frame(engine_failure(e).body())
     except Exception as e:  # headers are sent: report in-band rather than cut the stream
-        logger.exception("stream failed")
-        yield frame(error_body(500, f"internal error: {type(e).__name__}: {e}"))
+        yield frame(internal_error_body(e))
     finally:
         await chunks.aclose()
     yield "data: [DONE]\n\n"

@@ -16,10 +16,10 @@ def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None
         raise bad_request(f"a request takes at most one output constraint; got {', '.join(found)}",
                           param=next(iter(found)))
     whitespace = request.guided_whitespace_pattern
+    if whitespace is not None and not any(kind in ("json", "json_object") for kind, _ in found.values()):
+        raise bad_request("guided_whitespace_pattern needs a JSON constraint (guided_json, "
+                          "structured_outputs.json or response_format)", "guided_whitespace_pattern")
     if not found:
-        if whitespace is not None:
-            raise bad_request("guided_whitespace_pattern needs a JSON constraint (guided_json, "
-                              "structured_outputs.json or response_format)", "guided_whitespace_pattern")
         return None, None
     (param, (kind, spec)), = found.items()
     if request.structured_outputs is not None and request.structured_outputs.whitespace_pattern:
@@ -66,6 +66,8 @@ def _parse_schema(text: str, param: str) -> dict:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise bad_request(f"{param} is not valid JSON: {e}", param) from None
+    except RecursionError:
+        raise bad_request(f"{param} nests too deeply to parse", param) from None
     if not isinstance(schema, (dict, bool)):
         raise bad_request(f"{param} must be a JSON Schema object", param)
     return schema

@@ -50,7 +50,8 @@ class Server:
             return e.code, json.loads(e.read())
 
     def get(self, path: str) -> str:
-        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.api_key}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
             return r.read().decode()
 
     def metric(self, name: str) -> float:
@@ -120,6 +121,17 @@ def tiny_tools_server(tiny_llama_dir, tmp_path_factory):
     path.write_text(TOOLS_CHATML)
     proc, server = start_server(tiny_llama_dir, tmp_path_factory.mktemp("logs") / "tiny_tools.log",
                                 "--chat-template", str(path), "--kv-cache-memory", "8000000")
+    yield server
+    stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def tiny_keyed_server(tiny_llama_dir, chat_template_file, tmp_path_factory):
+    """The tiny model behind an API key, with CORS for one origin."""
+    proc, server = start_server(tiny_llama_dir, tmp_path_factory.mktemp("logs") / "tiny_keyed.log",
+                                "--chat-template", str(chat_template_file), "--kv-cache-memory", "8000000",
+                                "--api-key", "sekrit", "--allowed-origins", "https://app.example")
+    server.api_key = "sekrit"
     yield server
     stop_server(proc)
 
