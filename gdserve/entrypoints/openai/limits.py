@@ -17,6 +17,7 @@ class RequestLimits:
     # maskbench-dev nests 27 deep and holds 12,814 values; the compiler recurses on nesting.
     max_schema_depth: int = 64
     max_schema_values: int = 50_000
+    max_inputs: int = 2048            # prompts in one completions request, inputs in one embeddings request (OpenAI's cap)
 
     def check_sampling(self, request: SamplingRequest) -> None:
         """A 400 for n or stop sequences past the limits."""
@@ -29,6 +30,11 @@ class RequestLimits:
             longest = max(map(len, stop))
             raise bad_request(f"a stop sequence may have at most {self.max_stop_chars} characters, got one of "
                               f"{longest}", "stop")
+
+    def check_inputs(self, count: int, param: str) -> None:
+        """A 400 for a batch of prompts (or embedding inputs) past the limit."""
+        if count > self.max_inputs:
+            raise bad_request(f"{param} takes at most {self.max_inputs} prompts in one request, got {count}", param)
 
     def check_schema(self, schema: object) -> None:
         """GrammarError for a JSON Schema document nested deeper, or holding more values, than the limits."""

@@ -51,6 +51,17 @@ class ServingContext:
         return self.engine.engine.max_model_len
 
 
+def encode_prompts(ctx: ServingContext, prompts: object, param: str) -> list[tuple[str | None, list[int]]]:
+    """(text, token ids) per prompt of a `prompt` / `input` field: a string, a list of strings,
+    token ids, or lists of them. A 400 when empty or past the limit on prompts per request."""
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
+    if not prompts:
+        raise bad_request(f"{param} is empty", param)
+    ctx.limits.check_inputs(len(prompts), param)
+    return [(p, ctx.tokenizer.encode(p)) if isinstance(p, str) else (None, list(p)) for p in prompts]
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 

@@ -7,7 +7,7 @@ from gdserve.entrypoints.openai.deltas import DeltaTracker
 from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.logprobs import completion_logprobs
 from gdserve.entrypoints.openai.protocol import CompletionRequest
-from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint,
+from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint, encode_prompts,
                                                 merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
 from gdserve.entrypoints.openai.structured import report_fields, report_in_first_chunk
@@ -18,7 +18,7 @@ async def create_completion(ctx: ServingContext, request: CompletionRequest, raw
     ctx.check_model(request.model)
     ctx.limits.check_sampling(request)
     _reject_unsupported(request)
-    prompts = _prompts(ctx, request.prompt)
+    prompts = encode_prompts(ctx, request.prompt, "prompt")
     ctx.check_queue(len(prompts))
     params = sampling_params(request, request.max_tokens, request.logprobs)
     grammar = await compile_constraint(ctx, request)
@@ -38,17 +38,6 @@ def _reject_unsupported(request: CompletionRequest) -> None:
         raise bad_request("best_of is not supported (only best_of == n)", "best_of")
     if request.echo and request.logprobs is not None:
         raise bad_request("echo with logprobs is not supported (prompt logprobs are not computed)", "echo")
-
-
-def _prompts(ctx: ServingContext, prompt) -> list[tuple[str | None, list[int]]]:
-    """(text, token ids) per prompt: a string, a list of strings, token ids, or lists of them."""
-    if isinstance(prompt, str):
-        prompt = [prompt]
-    elif prompt and isinstance(prompt[0], int):
-        prompt = [prompt]
-    if not prompt:
-        raise bad_request("prompt is empty", "prompt")
-    return [(p, ctx.tokenizer.encode(p)) if isinstance(p, str) else (None, list(p)) for p in prompt]
 
 
 def _choice(ctx: ServingContext, request: CompletionRequest, index: int, prompt_text: str,

@@ -5,12 +5,12 @@ import numpy as np
 
 from gdserve.entrypoints.openai.errors import APIError, bad_request
 from gdserve.entrypoints.openai.protocol import EmbeddingRequest
-from gdserve.entrypoints.openai.serving import ServingContext
+from gdserve.entrypoints.openai.serving import ServingContext, encode_prompts
 
 
 async def create_embedding(ctx: ServingContext, request: EmbeddingRequest) -> dict:
     ctx.check_model(request.model)
-    inputs = _inputs(ctx, request.input)
+    inputs = [token_ids for _, token_ids in encode_prompts(ctx, request.input, "input")]
     hidden_size = ctx.engine.engine.model_config.hidden_size
     if request.dimensions is not None and request.dimensions != hidden_size:
         raise bad_request(f"dimensions must be {hidden_size} (this model's embedding size) or left out",
@@ -27,16 +27,6 @@ async def create_embedding(ctx: ServingContext, request: EmbeddingRequest) -> di
     num_tokens = sum(map(len, inputs))
     return {"object": "list", "data": data, "model": ctx.served_model_name,
             "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}}
-
-
-def _inputs(ctx: ServingContext, inp) -> list[list[int]]:
-    if isinstance(inp, str):
-        inp = [inp]
-    elif inp and isinstance(inp[0], int):
-        inp = [inp]
-    if not inp:
-        raise bad_request("input is empty", "input")
-    return [ctx.tokenizer.encode(x) if isinstance(x, str) else list(x) for x in inp]
 
 
 def _encode(vector: list[float], encoding_format: str) -> list[float] | str:

@@ -107,6 +107,9 @@ VALUES = [  # 400: a value out of range or past a server limit; 404: an unknown 
     Bad("suffix", {"prompt": "x", "suffix": "y"}, 400, ("suffix",), "suffix", COMPLETIONS),
     Bad("echo with logprobs", {"prompt": "x", "echo": True, "logprobs": 1}, 400, ("echo",), "echo", COMPLETIONS),
     Bad("empty embedding input", {"input": []}, 400, ("empty",), "input", EMBEDDINGS),
+    Bad("too many prompts", {"prompt": [[65]] * 2049, "max_tokens": 1}, 400, ("at most 2048 prompts",), "prompt",
+        COMPLETIONS),
+    Bad("too many embedding inputs", {"input": ["x"] * 2049}, 400, ("at most 2048 prompts",), "input", EMBEDDINGS),
     Bad("unknown model", chat(model="gpt-9"), 404, ("gpt-9",), "model"),
 ]
 
