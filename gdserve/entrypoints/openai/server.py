@@ -17,12 +17,14 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                                           "(/metrics and /openapi.json included)")
     parser.add_argument("--served-model-name", help="the model id clients send (default: MODEL)")
     parser.add_argument("--chat-template", help="a Jinja chat template file overriding the tokenizer's")
-    parser.add_argument("--max-queue", type=int, help="answer 429 beyond this many waiting + running requests")
+    parser.add_argument("--max-queue", type=_positive_int,
+                        help="answer 429 beyond this many waiting + running requests")
     limits = RequestLimits()
     parser.add_argument("--max-n", type=_positive_int, default=limits.max_n,
                         help=f"the largest `n` (samples per prompt) a request may ask for; more is a 400 "
                              f"(default: %(default)s; OpenAI's cap is 128). Other fixed limits: "
                              f"{limits.max_stop} stop sequences of {limits.max_stop_chars} characters at most, "
+                             f"{limits.max_inputs} prompts per request, "
                              f"JSON Schemas {limits.max_schema_depth} objects/arrays deep and "
                              f"{limits.max_schema_values} values at most")
     parser.add_argument("--max-request-bytes", type=_positive_int, default=limits.max_request_bytes,
@@ -44,8 +46,6 @@ def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     from gdserve.entrypoints.openai.draining import DrainingServer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.max_queue is not None and args.max_queue < 1:
-        raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
     engine = _load(args.model, engine_kwargs)
     name = args.served_model_name or args.model
