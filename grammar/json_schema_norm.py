@@ -203,13 +203,17 @@ class Normalizer:
         def walk(node, ptr, base):
             if not isinstance(node, dict):
                 return
-            if ptr and isinstance(node.get("$id"), str):
+            if ptr and isinstance(node.get("$id"), str) and urllib.parse.urldefrag(node["$id"])[0]:
                 base = urllib.parse.urldefrag(urllib.parse.urljoin(base, node["$id"]))[0]
                 ids[base] = ptr
                 embedded.append(ptr)
             for k in ("$anchor", "$dynamicAnchor"):
                 if isinstance(node.get(k), str):
                     anchors[(base, node[k])] = ptr
+            for k in ("$id", "id"):  # drafts 4-7 spell an anchor as a fragment-only id: "#name"
+                value = node.get(k)
+                if isinstance(value, str) and value.startswith("#") and value[1:2] not in ("", "/"):
+                    anchors.setdefault((base, value[1:]), ptr)
             for k in _SCHEMA_MAPS:
                 if isinstance(node.get(k), dict):
                     for name, sub in node[k].items():

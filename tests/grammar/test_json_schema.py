@@ -1149,6 +1149,21 @@ def test_refs_local_forms():
     assert rx_of(root).fullmatch('{"x": 1, "self": 2}')
 
 
+def test_refs_to_draft_4_to_7_fragment_ids():
+    """Before $anchor, a subschema named itself with a fragment-only id: "$id": "#name" (drafts
+    6, 7) or "id": "#name" (draft 4); such an id starts no new resource."""
+    schema = {"definitions": {"small": {"$id": "#small", "type": "integer", "maximum": 9},
+                              "word": {"id": "#word", "type": "string", "maxLength": 3},
+                              "both": {"$ref": "#/definitions/small"}},
+              "type": "object", "properties": {"n": {"$ref": "#small"}, "w": {"$ref": "#word"},
+                                               "b": {"$ref": "#/definitions/both"}},
+              "required": ["n", "w", "b"], "additionalProperties": False}
+    rx = rx_of(schema)
+    assert rx.fullmatch(json.dumps({"n": 9, "w": "abc", "b": 0}))
+    for bad in ({"n": 10, "w": "a", "b": 0}, {"n": 1, "w": "abcd", "b": 0}, {"n": 1, "w": "a", "b": "x"}):
+        assert not rx.fullmatch(json.dumps(bad)), bad
+
+
 def test_recursive_schemas_raise_for_the_grammar_path_and_remote_refs_raise():
     tree = {"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
                                                               "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
