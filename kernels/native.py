@@ -17,7 +17,11 @@ from pathlib import Path
 import torch
 
 _CSRC = Path(__file__).parent / "csrc"
-_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+# -ffast-math's parts that let reductions vectorize, not -ffast-math itself: with it gcc links
+# crtfastmath.o, which turns on flush-to-zero for the whole process that loads the library.
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+          "-fassociative-math", "-freciprocal-math", "-ffinite-math-only", "-fopenmp", "-shared", "-fPIC",
+          "-std=c11"]
 
 
 def _cache_dir() -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
 from gdserve.grammar.json_schema import (
     DEFAULT_WS_BREAK,
     compile_json_schema,
@@ -1369,8 +1369,12 @@ def test_any_value_is_depth_limited_and_reported():
 
 
 def test_regex_size_limit():
-    wide = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(60)},
-            "additionalProperties": True}
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer", "minimum": 0, "maximum": 999}
+                                             for i in range(60)}, "additionalProperties": True}
     regex, _ = schema_to_regex(wide)
-    with pytest.raises(GrammarError, match="too large"):
+    with pytest.raises(RegexTooLargeError, match="too large"):
         schema_to_regex(wide, max_regex_chars=len(regex) - 1)
+    # short, but 60 strings of up to 200 characters written out: ~470k positions to index
+    long_strings = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(60)}}
+    with pytest.raises(RegexTooLargeError, match="expands to"):
+        schema_to_regex(long_strings)
