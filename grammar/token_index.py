@@ -34,10 +34,8 @@ def mask_library() -> ctypes.CDLL | None:
     lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p]
+        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
-        lib.walk_token_trie_crossings.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p]
-        lib.walk_token_trie_crossings.restype = ctypes.c_int64
     return lib
 
 
@@ -261,17 +259,12 @@ class TokenIndex:
             terms = np.where(parent_state != dead, accept[parent_state], -1)
             keep = terms >= 0
             return words, nodes[keep].astype(np.int32), terms[keep].astype(np.int32)
-        t, trans = self.trie, self.dfa.trans
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
-        nodes = np.empty(len(t.byte), dtype=np.int32)
-        terms = np.empty(len(t.byte), dtype=np.int32)
+        nodes = np.empty(len(self.trie.byte), dtype=np.int32)
+        terms = np.empty(len(self.trie.byte), dtype=np.int32)
         count = np.zeros(1, dtype=np.int64)
-        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
-        accept = np.ascontiguousarray(accept, dtype=np.int32)
-        lib.walk_token_trie_crossings(
-            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
-            _ptr(t.skip), len(t.byte), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
-            _ptr(words), _ptr(accept), _ptr(nodes), _ptr(terms), _ptr(count), _ptr(stack))
+        self._walk_native(lib, state, vocab_size, words, None,
+                          (np.ascontiguousarray(accept, dtype=np.int32), nodes, terms, count))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
 
@@ -304,13 +297,15 @@ class TokenIndex:
         return node_state
 
     def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
-                     node_state: np.ndarray | None) -> int:
+                     node_state: np.ndarray | None, crossings: tuple | None = None) -> int:
+        """crossings: (accept, nodes out, terminals out, count out), see crossings_walk."""
         t, trans = self.trie, self.dfa.trans
         stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        cross = [None] * 4 if crossings is None else [_ptr(a) for a in crossings]
         return lib.walk_token_trie(
             _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
             _ptr(t.skip), len(t.byte), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
-            _ptr(words), None if node_state is None else _ptr(node_state), _ptr(stack))
+            _ptr(words), None if node_state is None else _ptr(node_state), *cross, _ptr(stack))
 
 
 def start_state(dfa: ByteDFA) -> int:
