@@ -16,6 +16,7 @@ class GuidedDecodingParams:
     json_object: bool | None = None
     whitespace_pattern: str | None = None   # json only: replaces the default bounded whitespace
     lenient: bool = False                   # json only: relax unsupported keywords (reported)
+    open_objects: bool = False              # json only: undeclared keys wherever JSON Schema admits them
 
     def __post_init__(self) -> None:
         if isinstance(self.json, type) and hasattr(self.json, "model_json_schema"):
@@ -28,6 +29,9 @@ class GuidedDecodingParams:
                              f"got {', '.join(kinds) if kinds else 'none'}")
         if self.whitespace_pattern is not None and self.kind not in _JSON_KINDS:
             raise ValueError("whitespace_pattern applies to json constraints only")
+        if self.open_objects and self.kind not in _JSON_KINDS:
+            raise ValueError("open_objects (disable_additional_properties: false) applies to json "
+                             "constraints only")
 
     @property
     def kind(self) -> str:
@@ -40,7 +44,8 @@ class GuidedDecodingParams:
     def compile_options(self) -> dict:
         if self.kind not in _JSON_KINDS:
             return {}
-        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient}
+        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient,
+                "open_objects": self.open_objects}
 
 
 _GUIDED_KINDS = ("json", "regex", "choice", "grammar", "json_object")

@@ -39,26 +39,28 @@ KINDS = ("json", "regex", "choice", "grammar", "json_object")
 
 def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase", *,
                     whitespace_pattern: str | None = None, lenient: bool = False,
-                    vocab_size: int | None = None,
+                    open_objects: bool = False, vocab_size: int | None = None,
                     eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
     `tokenizer`. A recursive JSON Schema, one whose regex would be too large to index
     (json_schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
     path (json_schema_cfg); other JSON Schemas a regex.
 
-    whitespace_pattern, lenient: json and json_object (see json_schema.schema_to_regex).
+    whitespace_pattern, lenient, open_objects: json and json_object (see json_schema.schema_to_regex;
+        open_objects: undeclared keys wherever JSON Schema admits them, else objects with declared
+        properties and no additionalProperties are closed).
     vocab_size: the model's logits width (default len(tokenizer)); ids past the tokenizer are never
         allowed. eos_token_ids: EOS ids beyond the tokenizer's and generation_config's.
     Raises GrammarError.
     """
     return compile_with_vocabulary(kind, spec, token_vocabulary(tokenizer, eos_token_ids),
                                    whitespace_pattern=whitespace_pattern, lenient=lenient,
-                                   vocab_size=vocab_size)
+                                   open_objects=open_objects, vocab_size=vocab_size)
 
 
 def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
                             whitespace_pattern: str | None = None, lenient: bool = False,
-                            vocab_size: int | None = None) -> Grammar | CfgGrammar:
+                            open_objects: bool = False, vocab_size: int | None = None) -> Grammar | CfgGrammar:
     """compile_grammar on a prepared TokenVocabulary (what the compile workers hold)."""
     vocab_size = vocab.size if vocab_size is None else vocab_size
     if vocab_size < 1:
@@ -68,12 +70,12 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if kind == "json_object":
         return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
     try:
-        regex, relaxed, report = spec_to_regex(kind, spec, whitespace_pattern, lenient)
+        regex, relaxed, report = spec_to_regex(kind, spec, whitespace_pattern, lenient, open_objects)
     except RecursiveSchemaError:
-        return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
+        return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
     except RegexTooLargeError as too_large:
         try:
-            return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient)
+            return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
         except GrammarError as e:  # e.g. overlapping anyOf branches: an ambiguous (non-LALR) grammar
             raise GrammarError(f"{too_large.message}; the grammar path failed too: {e.message}") from None
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
@@ -85,15 +87,15 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report)
 
 
-def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None,
-                  lenient: bool) -> tuple[str, list[str], dict | None]:
+def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,
+                  open_objects: bool = False) -> tuple[str, list[str], dict | None]:
     """(regex, relaxed JSON-pointer keywords, the enforcement report of a JSON Schema)."""
     if kind == "regex":
         return prepare_regex(spec), [], None
     if kind == "choice":
         return choice_regex(spec), [], None
     if kind == "json":
-        compiled = compile_json_schema(spec, whitespace_pattern, lenient)
+        compiled = compile_json_schema(spec, whitespace_pattern, lenient, open_objects=open_objects)
         return compiled.regex, compiled.relaxed, enforcement_report(_parsed(spec), compiled.relaxed,
                                                                     compiled.narrowed)
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
@@ -119,9 +121,9 @@ def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: s
 
 
 def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
-                     whitespace_pattern: str | None, lenient: bool) -> CfgGrammar:
+                     whitespace_pattern: str | None, lenient: bool, open_objects: bool = False) -> CfgGrammar:
     """A JSON Schema on the grammar path (recursive schemas, json_object)."""
-    compiled = schema_to_lark(schema, whitespace_pattern, lenient)
+    compiled = schema_to_lark(schema, whitespace_pattern, lenient, open_objects=open_objects)
     # one token may commit to an optional part's whole shortest text, maybe two nested (`[{`)
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
     report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)

@@ -14,9 +14,11 @@ accepts (`jsonschema`, formats checked). Completeness is best effort; left out o
 - Objects: properties come in the order of `properties`, then required names that `properties`
   lacks (their values follow `additionalProperties`), then additional properties. Without
   `additionalProperties`, an object with `properties` or `required` admits no other keys, as
-  vLLM/outlines do (structured output wants the schema's fields only); an object schema with
-  neither admits any keys. Additional keys never spell a declared name (the key regex excludes
-  every spelling, escapes included), and no key repeats a declared one.
+  vLLM/outlines do (structured output wants the schema's fields only; listed in `narrowed`); an
+  object schema with neither admits any keys. With open_objects=True (JSON Schema semantics, what
+  conformance suites check), such objects admit other keys too, and other keys may come before,
+  between and after the declared ones. Additional keys never spell a declared name (the key regex
+  excludes every spelling, escapes included), and no key repeats a declared one.
 - Numbers: integers without fraction or exponent, and zero never as "-0". Numbers with bounds
   are written without an exponent; next to an exclusive bound (or an integer bound beyond 2^53)
   the fraction has at most 14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float
@@ -128,6 +130,8 @@ EXPANSION_CHECK_CHARS = 4_000
 # On the grammar path a subschema whose regex is longer becomes a rule: terminals stay small, and
 # a subschema reached from many places is written once.
 RULE_MIN_CHARS = 500
+# open_objects: declared properties in any order up to this many (a rule per subset read so far)
+ORDERLESS_MAX = 6
 
 # Whitespace between tokens. After "{", "[", "," and before "}", "]": one space/tab, or a newline
 # and an indent of up to 4 spaces/tabs per open container, at most INDENT_MAX (indent=4 to depth 6,
@@ -153,20 +157,24 @@ class JsonSchemaRegex:
 
 
 def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                    lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> tuple[str, list[str]]:
+                    lenient: bool = False, *, open_objects: bool = False,
+                    max_regex_chars: int = MAX_REGEX_CHARS) -> tuple[str, list[str]]:
     """Compile a JSON Schema to (regex, relaxed). See the module docstring for the exact contract."""
-    r = compile_json_schema(schema, whitespace_pattern, lenient, max_regex_chars=max_regex_chars)
+    r = compile_json_schema(schema, whitespace_pattern, lenient, open_objects=open_objects,
+                            max_regex_chars=max_regex_chars)
     return r.regex, r.relaxed
 
 
 def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                        lenient: bool = False, *, max_regex_chars: int = MAX_REGEX_CHARS) -> JsonSchemaRegex:
+                        lenient: bool = False, *, open_objects: bool = False,
+                        max_regex_chars: int = MAX_REGEX_CHARS) -> JsonSchemaRegex:
     """Like schema_to_regex, with the list of narrowed bounds too. Raises GrammarError for an
     unsupported or unsatisfiable schema; RegexTooLargeError for a regex longer than max_regex_chars
     or expanding past MAX_EXPANDED_SIZE (outlines-core would take tens of seconds and gigabytes to
-    index it; such schemas want a grammar instead); RecursiveSchemaError for a $ref cycle."""
+    index it; such schemas want a grammar instead); RecursiveSchemaError for a $ref cycle.
+    open_objects: objects admit undeclared keys wherever the schema does (see the module docstring)."""
     schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
-    c = _Compiler(schema, ws_inline, ws_break, lenient)
+    c = _Compiler(schema, ws_inline, ws_break, lenient, open_objects=open_objects)
     rx = c.compile_root()
     if len(rx) > max_regex_chars:
         raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
@@ -188,12 +196,13 @@ class JsonSchemaRules:
 
 
 def compile_json_schema_rules(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                              lenient: bool = False) -> JsonSchemaRules:
+                              lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaRules:
     """compile_json_schema where a position reached again inside itself (a $ref cycle through an
     object or array) becomes a rule, and unconstrained values are the exact `json_value` rule (any
     JSON, any depth). Whitespace: the default breaks indent up to INDENT_MAX at any depth."""
     schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
-    c = _Compiler(schema, ws_inline, ws_break or DEFAULT_WS_BREAK, lenient, rules=_Rules())
+    c = _Compiler(schema, ws_inline, ws_break or DEFAULT_WS_BREAK, lenient, rules=_Rules(),
+                  open_objects=open_objects)
     root = c.compile_root()
     return JsonSchemaRules(root, c.rules.bodies, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
 
@@ -245,8 +254,9 @@ def _num_literal(v) -> str:
 
 class _Compiler(Normalizer):
     def __init__(self, root, ws_inline: str, ws_break: str, lenient: bool, parent: "_Compiler | None" = None,
-                 rules: _Rules | None = None):
+                 rules: _Rules | None = None, open_objects: bool = False):
         super().__init__(root, lenient, parent)
+        self.open_objects = open_objects if parent is None else parent.open_objects
         self.rules = rules
         self.rules_mode = rules is not None
         self.wsi = ws_inline
@@ -657,13 +667,16 @@ class _Compiler(Normalizer):
                 continue
             members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
         # additional properties
-        extra = None
+        extra, interleave = None, None
         key = self._key_not_in(kept_out)
         if n.pattern_props:
             extra = self._pattern_members(n, kept_out)
             key = None
-        elif n.additional is not None or not names:
+        elif n.additional is not None or not names or self.open_objects:
             extra = self._content(n.additional or [], f"{n.ptr}/additionalProperties")
+        else:
+            self.narrowed.append(f"at {_show(n.ptr)}: only the declared properties (no additionalProperties: "
+                                 "other keys left out unless open_objects)")
         if n.prop_names is not None and (n.pattern_props or n.forbidden):
             self.unsupported("propertyNames", n.prop_names[0].ptr,
                              "together with patternProperties or excluded names")
@@ -682,7 +695,11 @@ class _Compiler(Normalizer):
                     return None
             members = [m for m in members if ok(m[0])]
             if extra is not None:
-                if names:
+                if names and n.additional is None:  # open_objects: other keys would need both key regexes
+                    self.narrowed.append(f"at {_show(n.ptr)}: only the declared properties (propertyNames "
+                                         "beside declared properties)")
+                    extra = None
+                elif names:
                     self.unsupported("propertyNames", pn_ptr, "declared and additional properties together")
                 else:
                     key = key_rx
@@ -701,6 +718,14 @@ class _Compiler(Normalizer):
             else:
                 limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
                 rest = repeat(f"{sep}{m}", 0, map_max - 1, limits, self.narrowed, _show(n.max_props_ptr))
+            if self.open_objects and members and map_max is None:
+                if self.rules is None:
+                    # Undeclared members anywhere among the declared ones: a regex repeats them at
+                    # each position (with a bounded any-value: DFAs of 10^4-10^5 states); the
+                    # grammar path writes them once, values exact at any depth.
+                    raise RegexTooLargeError(f"object at {_show(n.ptr)} admits undeclared keys among its "
+                                             "declared ones (open_objects): a grammar")
+                interleave = (list(members), m)
             members.append(("", False, m + rest))
         # property counts
         counted = [(r, m) for _, r, m in members]
@@ -722,10 +747,81 @@ class _Compiler(Normalizer):
                 self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minProperties)")
                 return None
             return f"\\{{{self.wsb}\\}}"
+        if interleave is not None:
+            return self._interleaved(*interleave, all_optional_nonempty, n.ptr)
         body, empty_ok = _join(counted, sep)
         if empty_ok and not all_optional_nonempty:
             return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
         return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+
+    def _interleaved(self, members: list[tuple[str, bool, str]], extra: str, nonempty: bool, ptr: str) -> str:
+        """An object (grammar path) in JSON Schema's semantics: the declared members in any order
+        (in schema order past ORDERLESS_MAX of them: narrowed), each at most once, with undeclared
+        ones (`extra`, "key: value") before, between and after them. Right-linear rules keep it
+        LALR: rule A_s, for the set s of declared members read so far (or, in schema order, the
+        position), reads "," and then an undeclared member, staying in A_s, or a declared member
+        j that s admits next, going on in A_{s+j}; A_s may stop once every required member is in
+        s. Each choice is made by the key after the ",", and undeclared keys never spell a
+        declared name."""
+        sep = f"{self.wsi},{self.wsb}"
+        rules, n = self.rules, len(members)
+        required = frozenset(j for j, (_, req, _) in enumerate(members) if req)
+        # Rules, so that "," stays a terminal of its own: the lexer does not backtrack, and a
+        # "," fused with an undeclared key would swallow the start of a declared one.
+        declared = [self._rule(rx) for _, _, rx in members]
+        extra = self._rule(extra)
+        if n <= ORDERLESS_MAX:
+            start: frozenset | int = frozenset()
+
+            def nexts(s: frozenset) -> list[tuple[int, frozenset]]:
+                return [(j, s | {j}) for j in range(n) if j not in s]
+
+            def can_stop(s: frozenset) -> bool:
+                return required <= s
+        else:
+            self.narrowed.append(f"at {_show(ptr)}: declared properties in schema order (more than "
+                                 f"{ORDERLESS_MAX})")
+            start = 0
+
+            def nexts(i: int) -> list[tuple[int, int]]:
+                out = []
+                for j in range(i, n):
+                    out.append((j, j + 1))
+                    if j in required:
+                        break  # a required member can't be skipped
+                return out
+
+            def can_stop(i: int) -> bool:
+                return not any(j >= i for j in required)
+
+        prefix = f"o{len(rules.bodies)}_"
+        names, todo = {start: f"{prefix}0"}, [start]
+        while todo:  # name every reachable state first, then write the rules
+            for _, t in nexts(todo.pop()):
+                if t not in names:
+                    names[t] = f"{prefix}{len(names)}"
+                    todo.append(t)
+
+        def choices(s, lead: str) -> list[str]:
+            return ([f"{lead}{extra}{placeholder(names[s])}"]
+                    + [f"{lead}{declared[j]}{placeholder(names[t])}" for j, t in nexts(s)])
+
+        for s, name in names.items():
+            body = "(?:" + "|".join(choices(s, sep)) + ")"
+            rules.bodies[name] = body if not can_stop(s) else body + "?"
+        first = "(?:" + "|".join(choices(start, "")) + ")"
+        if not can_stop(start) or nonempty:
+            return f"\\{{{self.wsb}{first}{self.wsb}\\}}"
+        return f"\\{{{self.wsb}(?:{first}{self.wsb})?\\}}"
+
+    def _rule(self, body: str) -> str:
+        """A placeholder for a rule with this body (one rule per distinct body)."""
+        rules = self.rules
+        name = rules.by_body.get(body)
+        if name is None:
+            name = rules.by_body[body] = f"m{len(rules.bodies)}"
+            rules.bodies[name] = body
+        return placeholder(name)
 
     def _pattern_members(self, n: _Node, names: list[str]) -> str | None:
         """One member whose key matches a patternProperties pattern, "key: value" (None: no such
@@ -743,9 +839,9 @@ class _Compiler(Normalizer):
                     self.unsupported("patternProperties", p, f"patterns {q2!r} and {q!r} may both match a key")
         everything = any(matches_everything(spec) for *_, spec in specs)
         closed = n.additional is not None and any(x.schema is False for x in n.additional)
-        if n.additional is not None and not closed and not everything:
+        if not closed and not everything:
             self.narrowed.append(f"at {_show(n.ptr)}: only declared and patternProperties keys "
-                                 "(additionalProperties beside patternProperties left out)")
+                                 "(keys matching no pattern left out)")
         limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
         alts = []
         for q, p, conj, spec in specs:

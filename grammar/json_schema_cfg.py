@@ -33,9 +33,9 @@ class JsonSchemaGrammar:
 
 
 def schema_to_lark(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                   lenient: bool = False) -> JsonSchemaGrammar:
+                   lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaGrammar:
     """The schema as a Lark grammar (start rule `start`); GrammarError as json_schema raises."""
-    compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient)
+    compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient, open_objects=open_objects)
     writer = _LarkWriter()
     lines = [f"start: {writer.rule_body(compiled.root)}"]
     lines += [f"{name}: {writer.rule_body(body)}" for name, body in compiled.rules.items()]

@@ -41,7 +41,7 @@ from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-OPTIONS = ("whitespace_pattern", "lenient")
+OPTIONS = ("whitespace_pattern", "lenient", "open_objects")
 ERROR_CACHE_SIZE = 64
 
 

@@ -72,12 +72,14 @@ class GdserveBackend:
         self.tokenizer, self.vocab_size, self.lenient = tokenizer, vocab_size, lenient
         self.settings = {"whitespace": "default (flexible, bounded)",
                          "mode": "lenient (unsupported keywords relaxed)" if lenient
-                         else "strict (unsupported keywords are compile errors)"}
+                         else "strict (unsupported keywords are compile errors)",
+                         "objects": "open_objects=True (JSON Schema semantics: undeclared keys "
+                                    "wherever the schema admits them)"}
 
     def compile(self, schema: object) -> object:
         try:
             return self._compile("json", schema, self.tokenizer, lenient=self.lenient,
-                                 vocab_size=self.vocab_size)
+                                 open_objects=True, vocab_size=self.vocab_size)
         except self._error as e:
             raise CompileFailed(str(e)) from None
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import lark
 import pytest
 
-from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, UnsatisfiableSchemaError
+from gdserve.grammar.errors import (GrammarError, RecursiveSchemaError, RegexTooLargeError,
+                                    UnsatisfiableSchemaError)
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import schema_to_lark
 
@@ -27,18 +28,19 @@ ACCEPTED_INVALID = "accepted-invalid"  # unsound: never allowed in strict mode
 
 
 def compiled_matcher(schema):
-    """instance text -> accepted?  None: the schema does not compile."""
+    """instance text -> accepted?  None: the schema does not compile. JSON Schema semantics:
+    open_objects (undeclared keys wherever the schema admits them)."""
     try:
-        rx = re.compile(compile_json_schema(schema).regex)
+        rx = re.compile(compile_json_schema(schema, open_objects=True).regex)
         return lambda text: rx.fullmatch(text) is not None
     except UnsatisfiableSchemaError:
         return lambda text: False  # refused as unsatisfiable: nothing is ever accepted
-    except RecursiveSchemaError:
-        pass
+    except (RecursiveSchemaError, RegexTooLargeError):
+        pass  # the grammar path
     except GrammarError:
         return None
     try:
-        parser = lark.Lark(schema_to_lark(schema).lark, parser="earley", lexer="dynamic")
+        parser = lark.Lark(schema_to_lark(schema, open_objects=True).lark, parser="earley", lexer="dynamic")
     except GrammarError:
         return None
 

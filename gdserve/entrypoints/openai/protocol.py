@@ -33,6 +33,9 @@ class StructuredOutputs(OpenAIModel):
     choice: list[str] | None = None
     grammar: str | None = None
     whitespace_pattern: str | None = None
+    # vLLM's name: False admits undeclared keys wherever JSON Schema does (GuidedDecodingParams.
+    # open_objects); unset or True closes objects that declare properties (the default)
+    disable_additional_properties: bool | None = None
     report: bool = False  # add the constraint's enforcement report to the response
 
 

@@ -22,12 +22,15 @@ def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None
     if not found:
         return None, None
     (param, (kind, spec)), = found.items()
-    if request.structured_outputs is not None and request.structured_outputs.whitespace_pattern:
-        whitespace = request.structured_outputs.whitespace_pattern
+    so = request.structured_outputs
+    if so is not None and so.whitespace_pattern:
+        whitespace = so.whitespace_pattern
+    open_objects = so is not None and so.disable_additional_properties is False
     if kind == "json" and isinstance(spec, str):
         spec = _parse_schema(spec, param)
     try:
-        return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace), param
+        return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace,
+                                    open_objects=open_objects), param
     except ValueError as e:
         raise bad_request(str(e), param) from None
 

@@ -5,6 +5,7 @@ import json
 import math
 import re
 
+import jsonschema
 import pytest
 from tokenizers import pre_tokenizers
 
@@ -165,6 +166,16 @@ def test_guided_kinds_through_extra_body(tiny_server):
         assert value["d"] in range(10) and value["c"] in ("x", "y")
     compact = chat(guided_json=schema, guided_whitespace_pattern="")
     assert " " not in compact and "\n" not in compact
+    # disable_additional_properties: false (vLLM's field): undeclared keys admitted, as JSON Schema
+    # does; the default closes the object, and its report says so
+    open_schema = {"type": "object", "properties": {"d": {"type": "integer"}}, "required": ["d"]}
+    for disable, closed in ((False, False), (None, True), (True, True)):
+        so = {"json": open_schema, "disable_additional_properties": disable, "report": True}
+        r = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=60, seed=0,
+                                           extra_body={"structured_outputs": so})
+        jsonschema.validate(json.loads(r.choices[0].message.content), open_schema)
+        report = r.model_extra["structured_output_report"]
+        assert any("only the declared properties" in a for a in report["approximated"]) == closed
 
 
 def test_structured_output_report_on_request(tiny_server):
