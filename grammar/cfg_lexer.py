@@ -16,7 +16,7 @@ Lexing semantics (what the matcher enforces, and how it differs from lark):
 The product DFA's start state has no way back in, so "at start" means "empty lexeme".
 """
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -28,12 +28,19 @@ from gdserve.grammar.token_index import ByteDFA, build_byte_dfa
 
 def terminal_dfa(t: Terminal) -> ByteDFA:
     try:
-        dfa = build_byte_dfa(f"(?:{t.regex})\\z")
+        dfa = _regex_dfa(t.regex)
     except ValueError as e:
         raise GrammarError(f"terminal {t.name}: {explain_index_error(t.regex, e)}") from None
     if dfa.final[dfa.start]:
         raise GrammarError(f"terminal {t.name} matches the empty string")
     return dfa
+
+
+@lru_cache(maxsize=4096)
+def _regex_dfa(regex: str) -> ByteDFA:
+    """Grammars share most terminals (strings, numbers, punctuation with whitespace): a compile
+    worker builds each DFA once (~20 ms apiece). The arrays are never written."""
+    return build_byte_dfa(f"(?:{regex})\\z")
 
 
 def _preference(spec: CfgSpec, tid: int) -> tuple:
