@@ -16,8 +16,9 @@ accepts (`jsonschema`, formats checked). Completeness is best effort; left out o
   `additionalProperties`, an object with `properties` or `required` admits no other keys, as
   vLLM/outlines do (structured output wants the schema's fields only; listed in `narrowed`); an
   object schema with neither admits any keys. With open_objects=True (JSON Schema semantics, what
-  conformance suites check), such objects admit other keys too, and other keys may come before,
-  between and after the declared ones. Additional keys never spell a declared name (the key regex
+  conformance suites check), such objects admit other keys too, other keys may come before,
+  between and after the declared ones, and up to ORDERLESS_MAX declared ones come in any order
+  (the grammar path, see _interleaved). Additional keys never spell a declared name (the key regex
   excludes every spelling, escapes included), and no key repeats a declared one.
 - Numbers: integers without fraction or exponent, and zero never as "-0". Numbers with bounds
   are written without an exponent; next to an exclusive bound (or an integer bound beyond 2^53)
