@@ -17,7 +17,8 @@ from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.json_schema_cfg import schema_to_lark
 from gdserve.sampling_params import GuidedDecodingParams
-from tests.grammar.walk import accepts_all, random_split, single_byte_ids, token_ids_by_bytes, tokenized_mutants
+from tests.grammar.walk import (accepts_all, is_json, random_split, single_byte_ids, token_ids_by_bytes,
+                               tokenized_mutants)
 from tests.helpers import chat_ids
 
 
@@ -65,17 +66,9 @@ def grammar_of(tokenizer, name: str):
 def sentences(name: str, count: int, seed: int = 0) -> list[str]:
     """Random sentences of the schema's grammar (lark's own lexer reads some otherwise than ours:
     kept are the ones that parse as JSON)."""
-    sampler = SentenceSampler(schema_to_lark(SCHEMAS[name]).lark, max_depth=4, accept=_is_json)
+    sampler = SentenceSampler(schema_to_lark(SCHEMAS[name]).lark, max_depth=4, accept=is_json)
     rng = random.Random(seed)
     return [sampler.sentence(rng) for _ in range(count)]
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-        return True
-    except ValueError:
-        return False
 
 
 @pytest.mark.parametrize("name", SCHEMAS)

@@ -13,7 +13,7 @@ from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.errors import RegexTooLargeError
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import schema_to_lark
-from tests.grammar.walk import accepts_all, tokenized_mutants
+from tests.grammar.walk import accepts_all, is_json, tokenized_mutants
 
 SCHEMAS = {
     "flat": {"type": "object", "properties": {
@@ -75,7 +75,7 @@ def test_accepted_exactly_when_valid(smollm2_tokenizer, name):
 def test_mutants_are_accepted_only_when_valid(smollm2_tokenizer, name):
     g, rng = grammar(smollm2_tokenizer, name), random.Random(1)
     sampler = SentenceSampler(schema_to_lark(SCHEMAS[name], open_objects=True).lark, max_depth=4,
-                              accept=_is_json)
+                              accept=is_json)
     texts = [sampler.sentence(rng) for _ in range(20)]
     for text in texts:  # sentences of the grammar are valid and accepted
         jsonschema.validate(json.loads(text), SCHEMAS[name])
@@ -117,14 +117,6 @@ def test_closed_objects_are_the_default_and_reported():
         with pytest.raises(RegexTooLargeError, match="open_objects"):
             compile_json_schema(SCHEMAS[name], open_objects=True)
     assert compile_json_schema({"type": "object"}, open_objects=True).narrowed == []  # a map: a regex
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-        return True
-    except ValueError:
-        return False
 
 
 def test_an_ambiguous_open_grammar_falls_back_to_closed_objects(smollm2_tokenizer):

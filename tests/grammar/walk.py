@@ -1,4 +1,5 @@
 """Drive a Grammar the way the engine does: fill a bitmask row, pick an allowed token, accept it."""
+import json
 import random
 from collections import deque
 from functools import cached_property
@@ -152,3 +153,12 @@ def tokenized_mutants(tokenizer, grammar, texts: list[str], rng: random.Random):
         ids = tokenizer.encode(mutant, add_special_tokens=False)
         if b"".join(grammar.token_data(t) for t in ids) == mutant.encode():
             yield mutant, ids
+
+
+def is_json(text: str) -> bool:
+    """Whether text parses as JSON (lark's own lexer reads some grammar sentences otherwise than ours)."""
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
