@@ -16,6 +16,7 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from itertools import chain
 
 import numpy as np
 from outlines_core import Index, Vocabulary
@@ -89,21 +90,62 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
     index = Index(pattern, BYTE_VOCABULARY)
     edges = index.get_transitions()
     start = index.get_initial_state()
-    states = sorted({start, *edges, *(n for e in edges.values() for n in e.values())})
-    number = {s: i for i, s in enumerate(states)}
+    counts = [len(e) for e in edges.values()]
+    src = np.repeat(np.fromiter(edges, dtype=np.int64, count=len(edges)), counts)
+    byte = np.fromiter(chain.from_iterable(edges.values()), dtype=np.int64, count=len(src))
+    dst = np.fromiter(chain.from_iterable(e.values() for e in edges.values()), dtype=np.int64,
+                      count=len(src))
+    states = np.unique(np.concatenate([[start], src, dst]))
     dead = len(states)
-    src, byte, dst = [], [], []
-    for s, e in edges.items():
-        for b, n in e.items():
-            if b != BYTE_EOS:
-                src.append(number[s]), byte.append(b), dst.append(number[n])
+    keep = byte != BYTE_EOS
     table = np.full((dead + 1, 256), dead, dtype=np.int32)
-    table[src, byte] = dst
-    trans, classes = np.unique(table, axis=1, return_inverse=True)
+    table[np.searchsorted(states, src[keep]), byte[keep]] = np.searchsorted(states, dst[keep])
     final = np.zeros(dead + 1, dtype=bool)
-    final[[number[s] for s in index.get_final_states()]] = True
-    return ByteDFA(classes.reshape(256).astype(np.uint8), np.ascontiguousarray(trans, np.int32),
-                   final, number[start])
+    final[np.searchsorted(states, np.array(list(index.get_final_states()), dtype=np.int64))] = True
+    table, final, part = _merge_equivalent(table, final)
+    trans, classes = _byte_classes(table)
+    return ByteDFA(classes, trans, final, int(part[np.searchsorted(states, start)]))
+
+
+_SIGNATURE_WEIGHTS = np.random.default_rng(0).integers(1, 2**63, size=257, dtype=np.uint64) | np.uint64(1)
+
+
+def _merge_equivalent(table: np.ndarray, final: np.ndarray,
+                      max_rounds: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(table, final, block of each old state) with states merged while they agree on finality
+    and on the blocks of their successors; every round's partition is a congruence, so the
+    result reads the same language however early it stops (here: when a round merges under 2%
+    of the states). outlines-core does not minimize: a key that must not spell a declared name
+    repeats the 4-hex-digit escape's states at every node of the names' trie (4,162 states,
+    130 once merged)."""
+    dead = len(final) - 1
+    part = np.arange(len(final))        # old state -> block; table/final: one row per block
+    for _ in range(max_rounds):
+        sig = np.concatenate([final[:, None].astype(np.int64), table], axis=1)
+        hashes = (sig.astype(np.uint64) * _SIGNATURE_WEIGHTS[:sig.shape[1]]).sum(axis=1, dtype=np.uint64)
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if len(first) == len(final) or not (sig[first[inverse]] == sig).all():
+            break  # nothing merges, or two signatures share a hash: keep the last exact partition
+        order = np.argsort(first == first[inverse[dead]], kind="stable")  # the dead block last
+        renumber = np.empty(len(first), dtype=np.int64)
+        renumber[order] = np.arange(len(first))
+        merged = len(final) - len(first)
+        table, final = renumber[inverse][table[first[order]]], final[first[order]]
+        part, dead = renumber[inverse][part], len(first) - 1
+        if merged < 0.02 * len(inverse):
+            break
+    return table.astype(np.int32), final, part
+
+
+def _byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 [S, C] one column per class, uint8 [256] byte -> class): bytes whose columns of
+    `table` are equal share a class, numbered in order of their first byte."""
+    ids: dict[bytes, int] = {}
+    classes = np.array([ids.setdefault(col.tobytes(), len(ids)) for col in np.ascontiguousarray(table.T)],
+                       dtype=np.uint8)
+    first = np.unique(classes, return_index=True)[1]
+    return np.ascontiguousarray(table[:, first]), classes
 
 
 @dataclass(eq=False)
