@@ -43,6 +43,21 @@ def _regex_dfa(regex: str) -> ByteDFA:
     return build_byte_dfa(f"(?:{regex})\\z")
 
 
+_COLUMN_WEIGHTS = np.random.default_rng(1).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _distinct_columns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first column of each distinct kind, each column's kind) of a small int matrix."""
+    if len(a) <= len(_COLUMN_WEIGHTS):
+        hashes = ((a + 1).astype(np.uint64) * _COLUMN_WEIGHTS[:len(a), None]).sum(axis=0, dtype=np.uint64)
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if (a[:, first[inverse]] == a).all():
+            return first, inverse
+    _, first, inverse = np.unique(a, axis=1, return_index=True, return_inverse=True)  # exact
+    return first, inverse.reshape(-1)
+
+
 def _preference(spec: CfgSpec, tid: int) -> tuple:
     t = spec.terminals[tid]
     return (-t.priority, not t.literal, tid)
@@ -83,41 +98,89 @@ class Lexer:
         self.keys.append(key)
         while todo:
             k = todo.pop()
-            row = []
-            for nxt in self._successors(k):
-                if nxt is None:
-                    row.append(-1)
-                    continue
-                if nxt not in self._ids:
-                    self._ids[nxt] = len(self.keys)
-                    self.keys.append(nxt)
-                    todo.append(nxt)
-                row.append(self._ids[nxt])
-            self._set_row(self._ids[k], row, k)
+            successors, inverse = self._successors(k)
+            ids = [self._id_of(nxt, todo) for nxt in successors]
+            self._set_rows(self._ids[k], [[ids[i] for i in inverse]], [self._accepted(k)])
         self._snapshot = None
 
-    def _set_row(self, sid: int, row: list[int], key: Key) -> None:
-        while len(self.rows) <= sid:
-            self.rows.append([])
-            self.accept.append(-1)
-        self.rows[sid] = row
-        if key[0] == "in":
-            done = [t for t, s in key[1] if self.dfas[t].final[s]]
-            self.accept[sid] = min(done, key=lambda t: _preference(self.spec, t)) if done else -1
+    def _id_of(self, key: Key | None, todo: list[Key]) -> int:
+        if key is None:
+            return -1
+        if len(key[1]) == 1:
+            t, s = key[1][0]
+            return self._single(t) + s
+        sid = self._ids.get(key)
+        if sid is None:
+            sid = self._ids[key] = len(self.keys)
+            self.keys.append(key)
+            todo.append(key)
+        return sid
 
-    def _successors(self, key: Key) -> list[Key | None]:
-        joint, _ = self._joint
+    def _single(self, t: int) -> int:
+        """The first id of terminal t's own states (the lexeme only t can still read): added
+        all at once, one per state of its DFA, since they are most of a big grammar's states."""
+        base = self._single_base.get(t)
+        if base is None:
+            dfa = self.dfas[t]
+            base = self._single_base[t] = len(self.keys)
+            self.keys.extend(("in", ((t, s),)) for s in range(len(dfa.final)))
+            rows = np.where(self._trans(t) >= 0, self._trans(t) + base, -1)
+            if self.spec.terminals[t].lazy:
+                rows[dfa.final] = -1
+            self._set_rows(base, rows.tolist(), np.where(dfa.final, t, -1).tolist())
+        return base
+
+    @cached_property
+    def _single_base(self) -> dict[int, int]:
+        return {}
+
+    def _accepted(self, key: Key) -> int:
+        if key[0] != "in":
+            return -1
+        done = [t for t, s in key[1] if self.dfas[t].final[s]]
+        return min(done, key=lambda t: _preference(self.spec, t)) if done else -1
+
+    def _set_rows(self, first: int, rows: list[list[int]], accept: list[int]) -> None:
+        end = first + len(rows)
+        if len(self.rows) < end:
+            self.rows.extend([] for _ in range(end - len(self.rows)))
+            self.accept.extend(-1 for _ in range(end - len(self.accept)))
+        self.rows[first:end] = rows
+        self.accept[first:end] = accept
+
+    @cached_property
+    def _joint_trans(self) -> dict[int, np.ndarray]:
+        """terminal id -> int32 [its states, joint classes]: next state, -1 where dead."""
+        return {}
+
+    def _trans(self, t: int) -> np.ndarray:
+        table = self._joint_trans.get(t)
+        if table is None:
+            dfa = self.dfas[t]
+            table = dfa.trans[:, self._joint[0][t]]
+            table = self._joint_trans[t] = np.where(table == dfa.dead, -1, table).astype(np.int32)
+        return table
+
+    def _successors(self, key: Key) -> tuple[list[Key | None], np.ndarray]:
+        """The distinct next keys and, per joint class, which of them it leads to."""
         if key[0] == "start":
             parts = [(t, self.dfas[t].start) for t in key[1]]
         else:
             parts = [(t, s) for t, s in key[1]
                      if not (self.spec.terminals[t].lazy and self.dfas[t].final[s])]
-        nexts = [(t, self.dfas[t].trans[s, joint[t]].tolist(), self.dfas[t].dead) for t, s in parts]
-        out = []
-        for c in range(joint.shape[1]):
-            alive = tuple((t, n[c]) for t, n, dead in nexts if n[c] != dead)
-            out.append(("in", alive) if alive else None)
-        return out
+        num_classes = self._joint[0].shape[1]
+        if not parts:
+            return [None], [0] * num_classes
+        terms = np.array([t for t, _ in parts])
+        nexts = np.stack([self._trans(t)[s] for t, s in parts])       # [parts, classes]
+        firsts, inverse = _distinct_columns(nexts)
+        successors = []
+        for c in firsts.tolist():
+            col = nexts[:, c]
+            alive = col >= 0
+            successors.append(("in", tuple(zip(terms[alive].tolist(), col[alive].tolist())))
+                              if alive.any() else None)
+        return successors, inverse.tolist()
 
     def arrays(self) -> tuple[ByteDFA, np.ndarray]:
         """The states so far as a ByteDFA (dead = the last state) and int32 accept per state, for
