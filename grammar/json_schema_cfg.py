@@ -36,21 +36,21 @@ def schema_to_lark(schema: dict | bool | str, whitespace_pattern: str | None = N
                    lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaGrammar:
     """The schema as a Lark grammar (start rule `start`); GrammarError as json_schema raises."""
     compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient, open_objects=open_objects)
+    root, trees = parse(compiled.root), {name: parse(body) for name, body in compiled.rules.items()}
     writer = _LarkWriter()
-    lines = [f"start: {writer.rule_body(compiled.root)}"]
-    lines += [f"{name}: {writer.rule_body(body)}" for name, body in compiled.rules.items()]
+    lines = [f"start: {writer.rule_body(root)}"]
+    lines += [f"{name}: {writer.rule_body(tree)}" for name, tree in trees.items()]
     lines += [f"{name}: {body}" for body, name in writer.helpers.items()]
     missing = writer.rules_used - set(compiled.rules)
     if missing:
         raise GrammarError(f"recursive schema: the cycle through rule {sorted(missing)[0]} matches no value")
     return JsonSchemaGrammar("\n".join(lines + writer.terminal_lines()), compiled.relaxed, compiled.narrowed,
-                             _max_open_bytes(compiled.root, compiled.rules))
+                             _max_open_bytes(root, trees))
 
 
-def _max_open_bytes(root: str, rules: dict[str, str]) -> int:
-    trees = {name: parse(body) for name, body in rules.items()}
+def _max_open_bytes(root: Node, trees: dict[str, Node]) -> int:
     best = _rule_min_bytes(trees)
-    return max(max_optional_bytes(t, best) for t in [parse(root), *trees.values()])
+    return max(max_optional_bytes(t, best) for t in [root, *trees.values()])
 
 
 def _rule_min_bytes(trees: dict[str, Node]) -> dict[str, int]:
@@ -73,8 +73,8 @@ class _LarkWriter:
         self.helpers: dict[str, str] = {}  # body -> name of the alternation/repetition rules
         self.stars: dict[str, str] = {}    # item -> name of its `item*` rule
 
-    def rule_body(self, regex: str) -> str:
-        body = self.expr(parse(regex))
+    def rule_body(self, tree: Node) -> str:
+        body = self.expr(tree)
         if not body:
             raise GrammarError("recursive schema: a rule matches only the empty text")
         return body

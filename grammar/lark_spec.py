@@ -32,7 +32,6 @@ class Terminal:
     priority: int
     literal: bool       # a string literal (wins a tie against a pattern, like lark's `unless`)
     lazy: bool          # the lexeme ends at its first match
-    max_width: int      # lark's estimate (a tie-break, as in lark's lexer order)
 
 
 Action = tuple[bool, int | tuple[str, int]]  # (shift?, next state | (rule origin, rule length))
@@ -141,7 +140,7 @@ def _terminal(t) -> Terminal:
             regex = f"(?i:{regex})"
     else:
         regex, lazy = _pattern_regex(t.name, pattern)
-    return Terminal(str(t.name), regex, t.priority, literal, lazy, min(pattern.max_width, 2**31))
+    return Terminal(str(t.name), regex, t.priority, literal, lazy)
 
 
 def _pattern_regex(name: str, pattern) -> tuple[str, bool]:

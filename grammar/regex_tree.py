@@ -116,7 +116,8 @@ def min_bytes(node: Node, rules: dict[str, int]) -> int:
     if isinstance(node, Atom):
         if node.rule is not None:
             return rules[node.rule]
-        escaped = re.fullmatch(r"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))", node.text)
+        escaped = node.text.startswith(("\\u", "\\U")) and \
+            re.fullmatch(r"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))", node.text)
         if escaped:
             return len(chr(int(escaped.group(1) or escaped.group(2), 16)).encode("utf-8", "surrogatepass"))
         return 1 if node.text.startswith(("[", "\\", ".", "(")) else len(node.text.encode())
