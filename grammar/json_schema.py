@@ -110,6 +110,7 @@ from gdserve.grammar.json_strings import (
     Limits,
     chars,
     complement,
+    intersect,
     encode_charset,
     repeat,
     string_literal,
@@ -251,6 +252,10 @@ def _num_literal(v) -> str:
     s = format(d.normalize(), "f")
     ip, fp = s.split(".")
     return f"{sign}{ip}\\.{fp}0*"
+
+
+def _prefixed(head: str, rest: str | None) -> str | None:
+    return None if rest is None else head + rest
 
 
 class _Compiler(Normalizer):
@@ -592,7 +597,9 @@ class _Compiler(Normalizer):
         """A JSON string (with quotes) whose decoded value is none of names: either it leaves the
         trie of names at some character (then anything follows), or it stops at a trie node that
         is not a name. Each name character is matched in all its spellings, so escapes can't
-        smuggle a declared name in."""
+        smuggle a declared name in. A character that is in no name leaves the trie at any node:
+        that way out is written once, after a branch that reads any path of the trie, so the
+        DFA shares its escape states (written at every node, a hundred names made ~15,000 states)."""
         if not names:
             return f'"{CHAR}*"'
         trie: dict = {}
@@ -601,33 +608,36 @@ class _Compiler(Normalizer):
             for c in name:
                 node = node.setdefault(c, {})
             node[None] = True
+        in_names = chars(*{c for name in names for c in name})
 
-        def group(alts: list[str]) -> str | None:
+        def group(alts: list[str | None]) -> str | None:
             alts = [a for a in alts if a is not None]
             if not alts:
                 return None
             return alts[0] if len(alts) == 1 and alts[0] else "(?:" + "|".join(alts) + ")"
 
-        def deviate(node) -> str | None:
-            kids = sorted(k for k in node if k is not None)
-            alts = [encode_charset(complement(chars(*kids))) if kids else CHAR]
-            for c in kids:
-                d = deviate(node[c])
-                alts.append(None if d is None else string_literal(c)[1:-1] + d)
-            return group(alts)
+        def kids(node) -> list[str]:
+            return sorted(k for k in node if k is not None)
+
+        def spell(c: str) -> str:
+            return string_literal(c)[1:-1]
+
+        def any_path(node) -> str:
+            return group([""] + [spell(c) + any_path(node[c]) for c in kids(node)])
+
+        def leave_by_name_char(node) -> str | None:
+            """A path, then a character of some name that is not a child there."""
+            others = intersect(in_names, complement(chars(*kids(node))))
+            return group([encode_charset(others) if others else None]
+                         + [_prefixed(spell(c), leave_by_name_char(node[c])) for c in kids(node)])
 
         def prefixes(node) -> str | None:
-            alts = [] if None in node else [""]
-            for c in sorted(k for k in node if k is not None):
-                p = prefixes(node[c])
-                if p is not None:
-                    alts.append(string_literal(c)[1:-1] + p)
-            return group(alts)
+            return group(([] if None in node else [""])
+                         + [_prefixed(spell(c), prefixes(node[c])) for c in kids(node)])
 
-        parts = [f"{deviate(trie)}{CHAR}*"]
-        pre = prefixes(trie)
-        if pre is not None:
-            parts.append(pre)
+        other = encode_charset(complement(in_names))
+        leave = group([any_path(trie) + other if other else None, leave_by_name_char(trie)])
+        parts = [None if leave is None else f"{leave}{CHAR}*", prefixes(trie)]
         return '"' + group(parts) + '"'
 
     @contextmanager

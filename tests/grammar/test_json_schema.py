@@ -1126,6 +1126,35 @@ def test_unsupported_keywords_strict_and_lenient():
     assert schema_to_regex({"type": "string", "then": {"minLength": 1}})[0] == schema_to_regex({"type": "string"})[0]
 
 
+def _key_spellings(key: str, rng: random.Random) -> list[str]:
+    """JSON spellings of a key: compact, \\u-escaped non-ASCII (surrogate pairs), `\\/`, and
+    upper-case hex; never a \\u escape of printable ASCII (left out by design)."""
+    def escaped(c: str) -> str:
+        if c == "/":
+            return "\\/"
+        if ord(c) < 0x80:
+            return json.dumps(c)[1:-1]
+        units = c.encode("utf-16-be")
+        hexes = ["%04x" % int.from_bytes(units[i:i + 2], "big") for i in range(0, len(units), 2)]
+        return "".join("\\u" + (h.upper() if rng.random() < 0.5 else h) for h in hexes)
+    return [json.dumps(key), json.dumps(key, ensure_ascii=False),
+            '"' + "".join(escaped(c) if rng.random() < 0.5 else json.dumps(c, ensure_ascii=False)[1:-1]
+                          for c in key) + '"']
+
+
+def test_undeclared_keys_never_spell_a_declared_name():
+    names = ["a", "ab", "café", "a/b", 'q"x', "t\tb", "\U0001F600", ""]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "additionalProperties": {"type": "string"}}
+    rx = rx_of(schema)
+    rng = random.Random(0)
+    for _ in range(600):
+        key = rng.choice(names) if rng.random() < 0.3 else \
+            "".join(rng.choice("abcé/\"\tq\U0001F600") for _ in range(rng.randint(0, 4)))
+        for text in _key_spellings(key, rng):
+            assert bool(rx.fullmatch("{" + text + ': "v"}')) == (key not in names), text
+
+
 def test_refs_local_forms():
     schema = {
         "$id": "https://example.com/root.json",
