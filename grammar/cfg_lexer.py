@@ -50,8 +50,10 @@ def _distinct_columns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the first column of each distinct kind, each column's kind) of a small int matrix."""
     if len(a) <= len(_COLUMN_WEIGHTS):
         hashes = ((a + 1).astype(np.uint64) * _COLUMN_WEIGHTS[:len(a), None]).sum(axis=0, dtype=np.uint64)
-        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        kinds: dict[int, int] = {}
+        inverse = np.array([kinds.setdefault(h, len(kinds)) for h in hashes.tolist()])
+        first = np.zeros(len(kinds), dtype=np.int64)
+        first[inverse[::-1]] = np.arange(len(inverse))[::-1]
         if (a[:, first[inverse]] == a).all():
             return first, inverse
     _, first, inverse = np.unique(a, axis=1, return_index=True, return_inverse=True)  # exact
