@@ -81,7 +81,7 @@ class CfgGrammar:
                 if nxt not in seen and len(seen) < max_stacks:
                     seen.add(nxt)
                     todo.append(nxt)
-        for lex in range(min(len(self.lexer.keys), MAX_PRECOMPUTED_ROOTS)):
+        for lex in range(min(self.lexer.num_states, MAX_PRECOMPUTED_ROOTS)):
             self.root(lex)
 
     def __setstate__(self, state: dict) -> None:

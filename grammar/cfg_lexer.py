@@ -43,42 +43,33 @@ def _regex_dfa(regex: str) -> ByteDFA:
     return build_byte_dfa(f"(?:{regex})\\z")
 
 
-_COLUMN_WEIGHTS = np.random.default_rng(1).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
-
-
-def _distinct_columns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the first column of each distinct kind, each column's kind) of a small int matrix."""
-    if len(a) <= len(_COLUMN_WEIGHTS):
-        hashes = ((a + 1).astype(np.uint64) * _COLUMN_WEIGHTS[:len(a), None]).sum(axis=0, dtype=np.uint64)
-        kinds: dict[int, int] = {}
-        inverse = np.array([kinds.setdefault(h, len(kinds)) for h in hashes.tolist()])
-        first = np.zeros(len(kinds), dtype=np.int64)
-        first[inverse[::-1]] = np.arange(len(inverse))[::-1]
-        if (a[:, first[inverse]] == a).all():
-            return first, inverse
-    _, first, inverse = np.unique(a, axis=1, return_index=True, return_inverse=True)  # exact
-    return first, inverse.reshape(-1)
-
-
 def _preference(spec: CfgSpec, tid: int) -> tuple:
     t = spec.terminals[tid]
     return (-t.priority, not t.literal, tid)
 
 
-Key = tuple  # ("start", candidates) or ("in", ((terminal id, its DFA state), ...)) of live ones
+Frontier = dict  # alive terminals -> (state ids, their DFA states: one int32 row each) to expand
 
 
 @dataclass(eq=False)
 class Lexer:
     """One product DFA over all terminals, grown on demand: a state is the set of terminals still
     alive with their DFA states, so every candidate set's lexer shares the states after its
-    first byte (and their stored masks). Each candidate set has its own start state."""
+    first byte (and their stored masks). Each candidate set has its own start state. States are
+    expanded in batches of the same alive terminals (numpy over the batch); the states where
+    only one terminal is alive are that terminal's DFA, added whole."""
     spec: CfgSpec
     dfas: list[ByteDFA]
-    keys: list[Key] = field(default_factory=list)
-    rows: list[list[int]] = field(default_factory=list)   # next state per joint class, -1 = dead
-    accept: list[int] = field(default_factory=list)       # the emitted terminal id, or -1
-    _ids: dict[Key, int] = field(default_factory=dict)
+    num_states: int = 0
+    # The states in the token walks' form (token_index.ByteDFA): room for more, the last row the
+    # dead state (every entry that dies points there), so the walks read them as they grow.
+    _table: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
+    _accept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    _final: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    _starts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    _multi: dict[tuple[int, ...], dict[bytes, int]] = field(default_factory=dict)
+    _single_base: dict[int, int] = field(default_factory=dict)
+    _joint_trans: dict[int, np.ndarray] = field(default_factory=dict)
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
 
     @cached_property
@@ -88,74 +79,60 @@ class Lexer:
                                    return_inverse=True)
         return joint, classes.reshape(256).astype(np.uint8)
 
+    @cached_property
+    def _byte_class(self) -> list[int]:
+        return self._joint[1].tolist()
+
+    @cached_property
+    def _rank(self) -> np.ndarray:
+        """Each terminal's place in the order that picks the emitted one among complete ones."""
+        order = sorted(range(len(self.dfas)), key=lambda t: _preference(self.spec, t))
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        return rank
+
+    @cached_property
+    def _start_states(self) -> set[int]:
+        return set()
+
     def start(self, candidates: frozenset[int]) -> int:
-        key = ("start", tuple(sorted(candidates)))
-        if key not in self._ids:
-            self._add(key)
-        return self._ids[key]
-
-    def _add(self, key: Key) -> None:
-        todo = [key]
-        self._ids[key] = len(self.keys)
-        self.keys.append(key)
-        while todo:
-            k = todo.pop()
-            successors, inverse = self._successors(k)
-            ids = [self._id_of(nxt, todo) for nxt in successors]
-            self._set_rows(self._ids[k], [[ids[i] for i in inverse]], [self._accepted(k)])
-        self._snapshot = None
-
-    def _id_of(self, key: Key | None, todo: list[Key]) -> int:
-        if key is None:
-            return -1
-        if len(key[1]) == 1:
-            t, s = key[1][0]
-            return self._single(t) + s
-        sid = self._ids.get(key)
+        terms = tuple(sorted(candidates))
+        sid = self._starts.get(terms)
         if sid is None:
-            sid = self._ids[key] = len(self.keys)
-            self.keys.append(key)
-            todo.append(key)
+            sid = self._starts[terms] = self._new_states(1)
+            self._start_states.add(sid)
+            frontier = {terms: ([sid], [np.array([self.dfas[t].start for t in terms], dtype=np.int32)])}
+            while frontier:
+                alive, (ids, states) = frontier.popitem()
+                self._expand(alive, np.array(ids), np.array(states).reshape(len(ids), len(alive)), frontier)
         return sid
 
-    def _single(self, t: int) -> int:
-        """The first id of terminal t's own states (the lexeme only t can still read): added
-        all at once, one per state of its DFA, since they are most of a big grammar's states."""
-        base = self._single_base.get(t)
-        if base is None:
-            dfa = self.dfas[t]
-            base = self._single_base[t] = len(self.keys)
-            self.keys.extend(("in", ((t, s),)) for s in range(len(dfa.final)))
-            rows = np.where(self._trans(t) >= 0, self._trans(t) + base, -1)
-            if self.spec.terminals[t].lazy:
-                rows[dfa.final] = -1
-            self._set_rows(base, rows.tolist(), np.where(dfa.final, t, -1).tolist())
-        return base
+    def _new_states(self, n: int) -> int:
+        first, self.num_states = self.num_states, self.num_states + n
+        if self.num_states >= len(self._table):
+            cap = max(self.num_states + 1, 2 * len(self._table), 64)
+            table = np.full((cap, self._joint[0].shape[1]), cap - 1, dtype=np.int32)
+            accept = np.full(cap, -1, dtype=np.int32)
+            if first:
+                old = self._table[:first]
+                table[:first] = np.where(old == self._dead, cap - 1, old)
+                accept[:first] = self._accept[:first]
+            self._table, self._accept, self._final = table, accept, accept >= 0
+            self._snapshot = None
+        return first
 
-    @cached_property
-    def _single_base(self) -> dict[int, int]:
-        return {}
+    @property
+    def _dead(self) -> int:
+        return len(self._table) - 1
 
-    def _accepted(self, key: Key) -> int:
-        if key[0] != "in":
-            return -1
-        done = [t for t, s in key[1] if self.dfas[t].final[s]]
-        return min(done, key=lambda t: _preference(self.spec, t)) if done else -1
-
-    def _set_rows(self, first: int, rows: list[list[int]], accept: list[int]) -> None:
-        end = first + len(rows)
-        if len(self.rows) < end:
-            self.rows.extend([] for _ in range(end - len(self.rows)))
-            self.accept.extend(-1 for _ in range(end - len(self.accept)))
-        self.rows[first:end] = rows
-        self.accept[first:end] = accept
-
-    @cached_property
-    def _joint_trans(self) -> dict[int, np.ndarray]:
-        """terminal id -> int32 [its states, joint classes]: next state, -1 where dead."""
-        return {}
+    def _set(self, first: int, rows: np.ndarray, accept: np.ndarray) -> None:
+        """Rows (next state ids, -1 where the lexeme dies) and accepted terminals of states."""
+        self._table[first:first + len(rows)] = np.where(rows >= 0, rows, self._dead)
+        self._accept[first:first + len(rows)] = accept
+        self._final[first:first + len(rows)] = accept >= 0
 
     def _trans(self, t: int) -> np.ndarray:
+        """int32 [t's states, joint classes]: t's next state, -1 where it dies."""
         table = self._joint_trans.get(t)
         if table is None:
             dfa = self.dfas[t]
@@ -163,45 +140,95 @@ class Lexer:
             table = self._joint_trans[t] = np.where(table == dfa.dead, -1, table).astype(np.int32)
         return table
 
-    def _successors(self, key: Key) -> tuple[list[Key | None], np.ndarray]:
-        """The distinct next keys and, per joint class, which of them it leads to."""
-        if key[0] == "start":
-            parts = [(t, self.dfas[t].start) for t in key[1]]
-        else:
-            parts = [(t, s) for t, s in key[1]
-                     if not (self.spec.terminals[t].lazy and self.dfas[t].final[s])]
-        num_classes = self._joint[0].shape[1]
-        if not parts:
-            return [None], [0] * num_classes
-        terms = np.array([t for t, _ in parts])
-        nexts = np.stack([self._trans(t)[s] for t, s in parts])       # [parts, classes]
-        firsts, inverse = _distinct_columns(nexts)
-        successors = []
-        for c in firsts.tolist():
-            col = nexts[:, c]
-            alive = col >= 0
-            successors.append(("in", tuple(zip(terms[alive].tolist(), col[alive].tolist())))
-                              if alive.any() else None)
-        return successors, inverse.tolist()
+    def _single(self, t: int) -> int:
+        """The first id of terminal t's own states (the lexeme only t can still read)."""
+        base = self._single_base.get(t)
+        if base is None:
+            dfa = self.dfas[t]
+            base = self._single_base[t] = self._new_states(len(dfa.final))
+            rows = np.where(self._trans(t) >= 0, self._trans(t) + base, -1)
+            if self.spec.terminals[t].lazy:
+                rows[dfa.final] = -1
+            self._set(base, rows, np.where(dfa.final, t, -1))
+        return base
+
+    def _expand(self, alive: tuple[int, ...], ids: np.ndarray, states: np.ndarray,
+                frontier: Frontier) -> None:
+        """Rows and accepted terminals of the states `ids` (the terminals `alive` at `states`,
+        [len(ids), len(alive)]); their new successors join the frontier."""
+        m, k = states.shape
+        if k == 0:
+            return  # rows stay dead
+        nexts = np.empty((m, k, self._joint[0].shape[1]), dtype=np.int32)
+        final = np.empty((m, k), dtype=bool)
+        for j, t in enumerate(alive):
+            final[:, j] = self.dfas[t].final[states[:, j]]
+            nexts[:, j] = self._trans(t)[states[:, j]]
+            if self.spec.terminals[t].lazy:
+                nexts[final[:, j], j] = -1   # a lazy terminal ends at its first match
+        terms = np.array(alive)
+        best = np.where(final, self._rank[terms], len(self._rank)).argmin(axis=1)
+        rows = np.full((m, nexts.shape[2]), -1, dtype=np.int64)
+        pattern = _alive_patterns(nexts >= 0)
+        for p in np.unique(pattern).tolist():
+            ii, cc = np.nonzero(pattern == p)
+            js = np.flatnonzero(nexts[ii[0], :, cc[0]] >= 0)
+            if len(js) == 0:
+                continue
+            if len(js) == 1:
+                rows[ii, cc] = self._single(alive[js[0]]) + nexts[ii, js[0], cc]
+                continue
+            rows[ii, cc] = self._multi_ids(tuple(terms[js].tolist()), nexts[ii[:, None], js, cc[:, None]],
+                                           frontier)
+        accept = np.where(final.any(axis=1), terms[best], -1)
+        self._table[ids] = np.where(rows >= 0, rows, self._dead)  # ids: not always consecutive
+        self._accept[ids], self._final[ids] = accept, accept >= 0
+
+    def _multi_ids(self, alive: tuple[int, ...], states: np.ndarray, frontier: Frontier) -> np.ndarray:
+        """The ids of the states where `alive` are at `states` (rows), new ones queued."""
+        known = self._multi.setdefault(alive, {})
+        rows = np.ascontiguousarray(states, dtype=np.int32)
+        distinct, inverse = np.unique(rows.view(f"V{4 * rows.shape[1]}").ravel(), return_inverse=True)
+        out = np.empty(len(distinct), dtype=np.int64)
+        for r, key in enumerate(distinct.tolist()):
+            sid = known.get(key)
+            if sid is None:
+                sid = known[key] = self._new_states(1)
+                queued = frontier.setdefault(alive, ([], []))
+                queued[0].append(sid)
+                queued[1].append(np.frombuffer(key, dtype=np.int32))
+            out[r] = sid
+        return out[inverse.reshape(-1)]
+
+    @property
+    def accept(self) -> np.ndarray:
+        """int32 per state: the terminal it emits, or -1."""
+        return self._accept
 
     def arrays(self) -> tuple[ByteDFA, np.ndarray]:
-        """The states so far as a ByteDFA (dead = the last state) and int32 accept per state, for
-        the token-trie walks; rebuilt after the DFA grows."""
+        """The states as a ByteDFA (dead = the last state) and int32 accept per state, for the
+        token-trie walks: views that follow the DFA as it grows (new when it moves to more room)."""
         if self._snapshot is None:
-            dead = len(self.keys)
-            trans = np.array(self.rows + [[-1] * len(self.rows[0])], dtype=np.int32)
-            trans[trans < 0] = dead
-            accept = np.array(self.accept + [-1], dtype=np.int32)
-            self._snapshot = (ByteDFA(self._joint[1], np.ascontiguousarray(trans), accept >= 0, -1),
-                              accept)
+            self._snapshot = (ByteDFA(self._joint[1], self._table, self._final, -1), self._accept)
         return self._snapshot
 
     def is_start(self, state: int) -> bool:
-        return self.keys[state][0] == "start"
+        return state in self._start_states
 
     def live(self, state: int) -> bool:
-        return any(n >= 0 for n in self.rows[state])
+        return bool((self._table[state] != self._dead).any())
 
     def step(self, state: int, byte: int) -> int:
         """The next state, -1 if the lexeme dies."""
-        return self.rows[state][self._joint[1][byte]]
+        nxt = self._table.item(state, self._byte_class[byte])
+        return -1 if nxt == len(self._table) - 1 else nxt
+
+
+def _alive_patterns(alive: np.ndarray) -> np.ndarray:
+    """int64 [m, C]: an id per distinct set of alive terminals (alive: bool [m, k, C])."""
+    m, k, c = alive.shape
+    if k <= 62:
+        return (alive.astype(np.int64) << np.arange(k, dtype=np.int64)[None, :, None]).sum(axis=1)
+    packed = np.packbits(alive, axis=1).transpose(0, 2, 1).reshape(m * c, -1)
+    _, inverse = np.unique(packed, axis=0, return_inverse=True)
+    return inverse.reshape(m, c)

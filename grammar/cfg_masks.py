@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie
+from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_library
 
 
 @dataclass(eq=False)
@@ -70,7 +70,11 @@ class MaskStore:
     def subtrees(self, dfa: ByteDFA, accept: np.ndarray, start: int,
                   roots: np.ndarray) -> Expansion:
         """The tokens through `roots` read from `start`, each root's byte first: the subtrees'
-        nodes walked level by level (numpy), as token_index's numpy walk."""
+        nodes walked level by level (numpy, where the native walk is missing)."""
+        lib = mask_library()
+        if lib is not None:
+            words, nodes, terms = self._index(dfa).subtrees_walk(lib, start, roots, self.vocab_size, accept)
+            return Expansion(words, {int(term): nodes[terms == term] for term in np.unique(terms)})
         t = self.trie
         sizes = t.skip[roots] - roots
         offsets = np.cumsum(sizes) - sizes               # where each subtree starts in `nodes`

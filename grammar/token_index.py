@@ -37,6 +37,8 @@ def mask_library() -> ctypes.CDLL | None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
         lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
+        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p]
+        lib.walk_token_subtrees.restype = ctypes.c_int64
     return lib
 
 
@@ -102,40 +104,8 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
     table[np.searchsorted(states, src[keep]), byte[keep]] = np.searchsorted(states, dst[keep])
     final = np.zeros(dead + 1, dtype=bool)
     final[np.searchsorted(states, np.array(list(index.get_final_states()), dtype=np.int64))] = True
-    table, final, part = _merge_equivalent(table, final)
     trans, classes = _byte_classes(table)
-    return ByteDFA(classes, trans, final, int(part[np.searchsorted(states, start)]))
-
-
-_SIGNATURE_WEIGHTS = np.random.default_rng(0).integers(1, 2**63, size=257, dtype=np.uint64) | np.uint64(1)
-
-
-def _merge_equivalent(table: np.ndarray, final: np.ndarray,
-                      max_rounds: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(table, final, block of each old state) with states merged while they agree on finality
-    and on the blocks of their successors; every round's partition is a congruence, so the
-    result reads the same language however early it stops (here: when a round merges under 2%
-    of the states). outlines-core does not minimize: a key that must not spell a declared name
-    repeats the 4-hex-digit escape's states at every node of the names' trie (4,162 states,
-    130 once merged)."""
-    dead = len(final) - 1
-    part = np.arange(len(final))        # old state -> block; table/final: one row per block
-    for _ in range(max_rounds):
-        sig = np.concatenate([final[:, None].astype(np.int64), table], axis=1)
-        hashes = (sig.astype(np.uint64) * _SIGNATURE_WEIGHTS[:sig.shape[1]]).sum(axis=1, dtype=np.uint64)
-        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        if len(first) == len(final) or not (sig[first[inverse]] == sig).all():
-            break  # nothing merges, or two signatures share a hash: keep the last exact partition
-        order = np.argsort(first == first[inverse[dead]], kind="stable")  # the dead block last
-        renumber = np.empty(len(first), dtype=np.int64)
-        renumber[order] = np.arange(len(first))
-        merged = len(final) - len(first)
-        table, final = renumber[inverse][table[first[order]]], final[first[order]]
-        part, dead = renumber[inverse][part], len(first) - 1
-        if merged < 0.02 * len(inverse):
-            break
-    return table.astype(np.int32), final, part
+    return ByteDFA(classes, trans, final, int(np.searchsorted(states, start)))
 
 
 def _byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,6 +277,25 @@ class TokenIndex:
         count = np.zeros(1, dtype=np.int64)
         self._walk_native(lib, state, vocab_size, words, None,
                           (np.ascontiguousarray(accept, dtype=np.int32), nodes, terms, count))
+        n = int(count[0])
+        return words, nodes[:n].copy(), terms[:n].copy()
+
+    def subtrees_walk(self, lib: ctypes.CDLL, state: int, roots: np.ndarray, vocab_size: int,
+                      accept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
+        (crossings below the roots); native only (cfg_masks has the numpy walk)."""
+        t, trans = self.trie, self.dfa.trans
+        roots = np.ascontiguousarray(roots, dtype=np.int32)
+        size = int((t.skip[roots] - roots).sum())
+        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        nodes, terms = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
+        count = np.zeros(1, dtype=np.int64)
+        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        lib.walk_token_subtrees(
+            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
+            _ptr(t.skip), _ptr(roots), len(roots), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
+            _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)), _ptr(nodes), _ptr(terms),
+            _ptr(count), _ptr(stack))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
 
