@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.regex_tree import (Alt, Atom, Node, Seq, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
+from gdserve.grammar.regex_tree import (Alt, Atom, Node, Repeat, Seq, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
                                        to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
@@ -74,7 +74,15 @@ class _LarkWriter:
         self.stars: dict[str, str] = {}    # item -> name of its `item*` rule
 
     def rule_body(self, tree: Node) -> str:
-        body = self.expr(tree)
+        """A rule's body; an alternation (maybe optional) of rule-bearing options is written as the
+        rule's own alternatives, not through a helper rule (half the rules of an open object's
+        A_s rules, and of lark's LALR work)."""
+        optional = isinstance(tree, Repeat) and (tree.lo, tree.hi) == (0, 1)
+        inner = tree.item if optional else tree
+        if isinstance(inner, Alt) and has_rule(inner):
+            body = " | ".join(dict.fromkeys([self.expr(o) for o in inner.options] + [""] * optional))
+        else:
+            body = self.expr(tree)
         if not body:
             raise GrammarError("recursive schema: a rule matches only the empty text")
         return body
