@@ -15,7 +15,7 @@ Lexing semantics (what the matcher enforces, and how it differs from lark):
   merging makes a reduce lead to an error, and there lark fails anyway).
 The product DFA's start state has no way back in, so "at start" means "empty lexeme".
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
-from gdserve.grammar.token_index import ByteDFA, build_byte_dfa
+from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 
 def terminal_dfa(t: Terminal) -> ByteDFA:
@@ -38,9 +38,11 @@ def terminal_dfa(t: Terminal) -> ByteDFA:
 
 @lru_cache(maxsize=4096)
 def _regex_dfa(regex: str) -> ByteDFA:
-    """Grammars share most terminals (strings, numbers, punctuation with whitespace): a compile
-    worker builds each DFA once (~20 ms apiece). The arrays are never written."""
-    return build_byte_dfa(f"(?:{regex})\\z")
+    """The terminal's DFA, started after the sentinel of indexed_pattern. Grammars share most
+    terminals (strings, numbers, punctuation with whitespace): a compile worker builds each DFA
+    once. The arrays are never written."""
+    dfa = build_byte_dfa(indexed_pattern(regex))
+    return replace(dfa, start=start_state(dfa))
 
 
 def _preference(spec: CfgSpec, tid: int) -> tuple:
@@ -214,6 +216,11 @@ class Lexer:
 
     def is_start(self, state: int) -> bool:
         return state in self._start_states
+
+    def successors(self, state: int) -> list[int]:
+        """The states one byte leads to from `state`."""
+        row = np.unique(self._table[state])
+        return row[row != self._dead].tolist()
 
     def live(self, state: int) -> bool:
         return bool((self._table[state] != self._dead).any())

@@ -27,9 +27,9 @@ from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_lark
 from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
-from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, start_state,
+from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, indexed_pattern, start_state,
                                          token_trie)
-from gdserve.grammar.vocabulary import START_TEXT, TokenVocabulary, token_vocabulary
+from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -142,11 +142,6 @@ def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
     report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)
     return compile_cfg(compiled.lark, vocab, vocab_size, "json", compiled.relaxed, margin, report)
-
-
-def indexed_pattern(regex: str) -> str:
-    """START_TEXT + regex, matched in full (see the module docstring)."""
-    return "\\x{%X}(?:%s)\\z" % (ord(START_TEXT), regex)
 
 
 def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:

@@ -7,7 +7,7 @@ import pytest
 from outlines_core import Index
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.compiler import indexed_pattern
+from gdserve.grammar.token_index import indexed_pattern
 from gdserve.grammar.token_index import TokenIndex, mask_library
 from gdserve.grammar.vocabulary import START_TOKEN_ID, token_vocabulary
 
