@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.regex_tree import (Alt, Atom, Node, Repeat, Seq, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
+from gdserve.grammar.regex_tree import (Alt, Atom, Node, Repeat, Seq, expanded_size, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
                                        to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
+TERMINAL_MAX_SIZE = 20_000  # expanded atoms (regex_tree.expanded_size) of one terminal, ~its DFA states
+SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a rule chain per copy)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _LarkWriter:
         self.rules_used: set[str] = set()
         self.helpers: dict[str, str] = {}  # body -> name of the alternation/repetition rules
         self.stars: dict[str, str] = {}    # item -> name of its `item*` rule
+        self.sizes: dict[int, int] = {}    # id(node) -> expanded_size (nodes live while writing)
 
     def rule_body(self, tree: Node) -> str:
         """A rule's body; an alternation (maybe optional) of rule-bearing options is written as the
@@ -79,7 +82,7 @@ class _LarkWriter:
         A_s rules, and of lark's LALR work)."""
         optional = isinstance(tree, Repeat) and (tree.lo, tree.hi) == (0, 1)
         inner = tree.item if optional else tree
-        if isinstance(inner, Alt) and has_rule(inner):
+        if isinstance(inner, Alt) and self._structural(inner):
             body = " | ".join(dict.fromkeys([self.expr(o) for o in inner.options] + [""] * optional))
         else:
             body = self.expr(tree)
@@ -90,18 +93,36 @@ class _LarkWriter:
     def expr(self, node: Node) -> str:
         """Lark BNF for node ("" for the empty text). Alternations, optionals and repetitions
         become rules of their own: lark turns inline `(a|b)`, `x?` and `x*` into copies of the
-        enclosing expansion, 2^k of them for k in one rule."""
-        if not has_rule(node):
+        enclosing expansion, 2^k of them for k in one rule. A rule-free node too big for one
+        terminal's DFA is written the same way (its parts become terminals)."""
+        if not self._structural(node):
             return self.terminal(node)
         if isinstance(node, Atom):
             self.rules_used.add(node.rule)
             return node.rule
         if isinstance(node, Seq):
-            return " ".join(p for p in map(self.expr, _runs(node.items)) if p)
+            runs = _runs(node.items, self._structural)
+            if runs == [node]:
+                return self.terminal(node)  # big, but no part is written as rules
+            return " ".join(p for p in map(self.expr, runs) if p)
         if isinstance(node, Alt):
             return self._helper(list(dict.fromkeys(self.expr(o) for o in node.options)))
         item = self.expr(node.item)
         return self._repeat(item, node.lo, node.hi) if item else ""
+
+    def _structural(self, node: Node) -> bool:
+        """Whether node is written as rules: it holds one, or it is too big for one terminal
+        (a map of 64 string pairs: 10^6 DFA states) and splits (a sequence, an alternation, a
+        repetition of at most SPLIT_REPEAT_MAX items)."""
+        if has_rule(node):
+            return True
+        if isinstance(node, Atom) or (isinstance(node, Repeat) and node.hi is not None
+                                      and node.hi - node.lo > SPLIT_REPEAT_MAX):
+            return False
+        size = self.sizes.get(id(node))
+        if size is None:
+            size = self.sizes[id(node)] = expanded_size(node)
+        return size > TERMINAL_MAX_SIZE
 
     def _repeat(self, item: str, lo: int, hi: int | None) -> str:
         """item repeated lo..hi times: the required copies, then a left-recursive rule for an
@@ -137,11 +158,11 @@ class _LarkWriter:
         return [f"{name}: /{_lark_regex(regex)}/" for regex, name in self.terminals.items()]
 
 
-def _runs(items: tuple) -> list[Node]:
-    """A sequence's items with each stretch of rule-free items joined into one."""
+def _runs(items: tuple, structural) -> list[Node]:
+    """A sequence's items with each stretch of items not written as rules joined into one."""
     out, run = [], []
     for item in items:
-        if has_rule(item):
+        if structural(item):
             if run:
                 out.append(Seq(tuple(run)))
                 run = []
