@@ -54,7 +54,7 @@ class MaskStore:
     def root(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> Expansion:
         """The whole vocabulary read from `state` (one trie walk)."""
         words, nodes, terms = self._index(dfa).crossings_walk(state, self.vocab_size, accept)
-        exp = Expansion(words, {int(term): nodes[terms == term] for term in np.unique(terms)})
+        exp = Expansion(words, _by_terminal(nodes, terms))
         if accept[state] >= 0:
             dying = np.flatnonzero(dfa.trans[state, dfa.classes] == dfa.dead)
             exp.dying_first = np.bitwise_or.reduce(self._first_byte_words[dying], axis=0) \
@@ -74,7 +74,7 @@ class MaskStore:
         lib = mask_library()
         if lib is not None:
             words, nodes, terms = self._index(dfa).subtrees_walk(lib, start, roots, self.vocab_size, accept)
-            return Expansion(words, {int(term): nodes[terms == term] for term in np.unique(terms)})
+            return Expansion(words, _by_terminal(nodes, terms))
         t = self.trie
         sizes = t.skip[roots] - roots
         offsets = np.cumsum(sizes) - sizes               # where each subtree starts in `nodes`
@@ -98,7 +98,7 @@ class MaskStore:
         emitted = np.where(prev != dfa.dead, accept[prev], -1)
         keep = emitted >= 0
         dying, emitted = nodes[dying[keep]].astype(np.int32), emitted[keep]
-        return Expansion(words, {int(k): dying[emitted == k] for k in np.unique(emitted)})
+        return Expansion(words, _by_terminal(dying, emitted))
 
     def _tokens_at(self, nodes: np.ndarray) -> np.ndarray:
         """The token ids (below vocab_size) that end at `nodes`."""
@@ -107,6 +107,11 @@ class MaskStore:
         counts = hi - lo
         ids = t.tok_ids[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())]
         return ids[ids < self.vocab_size]
+
+
+def _by_terminal(nodes: np.ndarray, terms: np.ndarray) -> dict[int, np.ndarray]:
+    """Crossing nodes grouped by the terminal emitted there."""
+    return {int(term): nodes[terms == term] for term in np.unique(terms)}
 
 
 def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
