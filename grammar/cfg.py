@@ -25,7 +25,6 @@ from gdserve.grammar.token_index import ByteDFA, TokenTrie
 from gdserve.kernels.bitmask import bitmask_width
 
 MAX_CACHED_MASKS = 8192
-MAX_PRECOMPUTED_ROOTS = 256  # ~0.3 ms each on the SmolLM2 vocabulary
 STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
 STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
 
@@ -64,35 +63,8 @@ class CfgGrammar:
 
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
-                 "relaxed", "steer_margin", "report", "lexer", "_roots")  # the last two: what precompute() stored
+                 "relaxed", "steer_margin", "report", "lexer", "_roots")  # the last two: what the first mask built
         return {n: self.__dict__[n] for n in names if n in self.__dict__}
-
-    def precompute(self, max_stacks: int = 256) -> None:
-        """Grow the lexer over the parser stacks reachable in a breadth-first walk of up to
-        max_stacks stacks, then store the root expansion (the stack-independent part of every
-        mask) of up to MAX_PRECOMPUTED_ROOTS lexer states, breadth-first by bytes from those
-        stacks' lexer starts. Instances visit a few percent of a big lexer's states (and this
-        order finds about a third of them); the rest build on first visit (one trie walk)."""
-        seen, todo = {self.parser.initial}, [self.parser.initial]
-        order = {}
-        while todo and len(seen) < max_stacks:
-            stack = todo.pop(0)
-            order.setdefault(self.start_of(stack))
-            for term in self.parser.acceptable(stack) - self.spec.ignore:
-                nxt = self.step(stack, term)
-                if nxt not in seen and len(seen) < max_stacks:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        lexes = list(order)
-        for lex in lexes:
-            if len(order) >= MAX_PRECOMPUTED_ROOTS:
-                break
-            for nxt in self.lexer.successors(lex):
-                if nxt not in order:
-                    order[nxt] = None
-                    lexes.append(nxt)  # breadth-first: the list grows as it is read
-        for lex in list(order)[:MAX_PRECOMPUTED_ROOTS]:
-            self.root(lex)
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -3,7 +3,8 @@ one per accepted token and a mask can be cached by the stack. Same moves as lark
 ParserState.feed_token: reduce until the terminal shifts; `$END` reduces until the end state."""
 from dataclasses import dataclass, field
 
-from gdserve.grammar.lark_spec import END, CfgSpec
+from gdserve.grammar.lalr import END
+from gdserve.grammar.lark_spec import CfgSpec
 
 Stack = tuple[int, ...]
 MAX_CACHED = 200_000  # feeds cached per grammar before the cache starts over

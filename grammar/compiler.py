@@ -23,8 +23,8 @@ from gdserve.grammar.cfg_lexer import terminal_dfa
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
 from gdserve.grammar.json_report import enforcement_report
 from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_lark
-from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
+from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
+from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
 from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, indexed_pattern, start_state,
@@ -66,7 +66,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if vocab_size < 1:
         raise GrammarError(f"vocab_size must be positive, got {vocab_size}")
     if kind == "grammar":
-        return compile_cfg(load_grammar_text(spec), vocab, vocab_size)
+        return compile_cfg(lark_to_spec(load_grammar_text(spec)), vocab, vocab_size)
     if kind == "json_object":
         return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
     try:
@@ -119,17 +119,16 @@ def _parsed(schema: object) -> object:
     return json.loads(schema) if isinstance(schema, str) else schema
 
 
-def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: str = "grammar",
+def compile_cfg(cfg: CfgSpec, vocab: TokenVocabulary, vocab_size: int, kind: str = "grammar",
                 relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN,
                 report: dict | None = None) -> CfgGrammar:
-    """Lark text -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
-    first mask are built here, in the compile worker."""
-    cfg = lark_to_spec(lark_text)
+    """CfgSpec -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
+    first mask are built here, in the compile worker; every other mask when a matcher first
+    needs it (a few percent of a big lexer's states are ever reached, hard to foresee)."""
     dfas = [terminal_dfa(t) for t in cfg.terminals]
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     grammar = CfgGrammar(kind, cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
                          vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin, report=report)
-    grammar.precompute()
     grammar.state_mask(grammar.initial)
     return grammar
 
@@ -137,11 +136,11 @@ def compile_cfg(lark_text: str, vocab: TokenVocabulary, vocab_size: int, kind: s
 def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
                      whitespace_pattern: str | None, lenient: bool, open_objects: bool = False) -> CfgGrammar:
     """A JSON Schema on the grammar path (recursive schemas, json_object)."""
-    compiled = schema_to_lark(schema, whitespace_pattern, lenient, open_objects=open_objects)
+    compiled = schema_to_grammar(schema, whitespace_pattern, lenient, open_objects=open_objects)
     # one token may commit to an optional part's whole shortest text, maybe two nested (`[{`)
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
     report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)
-    return compile_cfg(compiled.lark, vocab, vocab_size, "json", compiled.relaxed, margin, report)
+    return compile_cfg(compiled.spec(), vocab, vocab_size, "json", compiled.relaxed, margin, report)
 
 
 def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:

@@ -82,6 +82,7 @@ subschema whose regex is RULE_MIN_CHARS long or more becomes a rule.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from contextlib import contextmanager
@@ -110,7 +111,6 @@ from gdserve.grammar.json_strings import (
     Limits,
     chars,
     complement,
-    intersect,
     encode_charset,
     repeat,
     string_literal,
@@ -252,6 +252,57 @@ def _num_literal(v) -> str:
     s = format(d.normalize(), "f")
     ip, fp = s.split(".")
     return f"{sign}{ip}\\.{fp}0*"
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_not_in(names: tuple[str, ...]) -> str:
+    """A JSON string (with quotes) whose decoded value is none of names: either it leaves the
+    trie of names at some character (then anything follows), or it stops at a trie node that
+    is not a name. Each name character is matched in all its spellings, so escapes can't
+    smuggle a declared name in. A character that is in no name leaves the trie at any node:
+    that way out is written once, after a branch that reads any path of the trie, so the
+    DFA shares its escape states (written at every node, a hundred names made ~15,000 states)."""
+    if not names:
+        return f'"{CHAR}*"'
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for c in name:
+            node = node.setdefault(c, {})
+        node[None] = True
+    name_chars = {c for name in names for c in name}
+    in_names = chars(*name_chars)
+
+    def group(alts: list[str | None]) -> str | None:
+        alts = [a for a in alts if a is not None]
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 and alts[0] else "(?:" + "|".join(alts) + ")"
+
+    def kids(node) -> list[str]:
+        return sorted(k for k in node if k is not None)
+
+    @functools.cache
+    def spell(c: str) -> str:
+        return string_literal(c)[1:-1]
+
+    def any_path(node) -> str:
+        return group([""] + [spell(c) + any_path(node[c]) for c in kids(node)])
+
+    def leave_by_name_char(node) -> str | None:
+        """A path, then a character of some name that is not a child there."""
+        others = name_chars.difference(node)
+        return group([encode_charset(chars(*others)) if others else None]
+                     + [_prefixed(spell(c), leave_by_name_char(node[c])) for c in kids(node)])
+
+    def prefixes(node) -> str | None:
+        return group(([] if None in node else [""])
+                     + [_prefixed(spell(c), prefixes(node[c])) for c in kids(node)])
+
+    other = encode_charset(complement(in_names))
+    leave = group([any_path(trie) + other if other else None, leave_by_name_char(trie)])
+    parts = [None if leave is None else f"{leave}{CHAR}*", prefixes(trie)]
+    return '"' + group(parts) + '"'
 
 
 def _prefixed(head: str, rest: str | None) -> str | None:
@@ -559,7 +610,7 @@ class _Compiler(Normalizer):
             if n.formats or n.patterns or n.min_len > 0 or n.max_len is not None:
                 self.unsupported("not", n.ptr, "excluded strings together with pattern/format/length")
             else:
-                return self._key_not_in(list(excluded))
+                return _key_not_in(tuple(excluded))
         specs = []
         for fmt, p in n.formats:
             if not is_known_format(fmt):
@@ -592,53 +643,6 @@ class _Compiler(Normalizer):
         return spec.emit(limits, self.narrowed, _show(where))
 
     # ---- objects
-
-    def _key_not_in(self, names: list[str]) -> str:
-        """A JSON string (with quotes) whose decoded value is none of names: either it leaves the
-        trie of names at some character (then anything follows), or it stops at a trie node that
-        is not a name. Each name character is matched in all its spellings, so escapes can't
-        smuggle a declared name in. A character that is in no name leaves the trie at any node:
-        that way out is written once, after a branch that reads any path of the trie, so the
-        DFA shares its escape states (written at every node, a hundred names made ~15,000 states)."""
-        if not names:
-            return f'"{CHAR}*"'
-        trie: dict = {}
-        for name in names:
-            node = trie
-            for c in name:
-                node = node.setdefault(c, {})
-            node[None] = True
-        in_names = chars(*{c for name in names for c in name})
-
-        def group(alts: list[str | None]) -> str | None:
-            alts = [a for a in alts if a is not None]
-            if not alts:
-                return None
-            return alts[0] if len(alts) == 1 and alts[0] else "(?:" + "|".join(alts) + ")"
-
-        def kids(node) -> list[str]:
-            return sorted(k for k in node if k is not None)
-
-        def spell(c: str) -> str:
-            return string_literal(c)[1:-1]
-
-        def any_path(node) -> str:
-            return group([""] + [spell(c) + any_path(node[c]) for c in kids(node)])
-
-        def leave_by_name_char(node) -> str | None:
-            """A path, then a character of some name that is not a child there."""
-            others = intersect(in_names, complement(chars(*kids(node))))
-            return group([encode_charset(others) if others else None]
-                         + [_prefixed(spell(c), leave_by_name_char(node[c])) for c in kids(node)])
-
-        def prefixes(node) -> str | None:
-            return group(([] if None in node else [""])
-                         + [_prefixed(spell(c), prefixes(node[c])) for c in kids(node)])
-
-        other = encode_charset(complement(in_names))
-        leave = group([any_path(trie) + other if other else None, leave_by_name_char(trie)])
-        parts = [None if leave is None else f"{leave}{CHAR}*", prefixes(trie)]
-        return '"' + group(parts) + '"'
 
     @contextmanager
     def _nested(self):
@@ -679,7 +683,7 @@ class _Compiler(Normalizer):
             members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
         # additional properties
         extra, interleave = None, None
-        key = self._key_not_in(kept_out)
+        key = _key_not_in(tuple(kept_out))
         if n.pattern_props:
             extra = self._pattern_members(n, kept_out)
             key = None
@@ -860,7 +864,7 @@ class _Compiler(Normalizer):
                 if not matches_everything(spec):
                     self.unsupported("patternProperties", p, f"pattern {q!r} matches a declared property name")
                     continue
-                key = self._key_not_in(names)
+                key = _key_not_in(tuple(names))
             else:
                 key = spec.emit(limits, self.narrowed, _show(p))
             value = self._content(conj, p)

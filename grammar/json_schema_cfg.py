@@ -1,4 +1,4 @@
-"""JSON Schema -> Lark grammar, for what no regex can hold: recursive schemas ($ref cycles through
+"""JSON Schema -> BNF grammar, for what no regex can hold: recursive schemas ($ref cycles through
 objects or arrays: trees, linked lists, nested comments) and exact JSON of any depth (unconstrained
 values, response_format json_object).
 
@@ -6,9 +6,9 @@ json_schema compiles the schema as for the regex path, except that a position re
 itself becomes a rule, referred to by a placeholder (compile_json_schema_rules). Each regex is then
 cut at its placeholders (regex_tree): the rule-free stretches of a sequence become terminals, the
 structure around placeholders becomes plain BNF: each alternation, optional and repetition is a
-helper rule (lark would copy the enclosing expansion for each inline one: 2^k copies), unbounded
-repetition left-recursive. A stretch that may match the empty string is written as its nonempty
-form, made optional (lark terminals cannot be empty). The grammar's language is the regex path's language with every placeholder
+helper rule (inline, as in EBNF, k of them would make 2^k copies of the enclosing expansion),
+unbounded repetition left-recursive. A stretch that may match the empty string is written as its nonempty
+form, made optional (a terminal is never empty). The grammar's language is the regex path's language with every placeholder
 expanded, so the contract of json_schema (soundness, whitespace, key order) carries over.
 """
 from __future__ import annotations
@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.regex_tree import (Alt, Atom, Node, Repeat, Seq, expanded_size, has_rule, max_optional_bytes, min_bytes, nonempty, nullable, parse,
+from gdserve.grammar.lalr import Rule
+from gdserve.grammar.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
+from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, expanded_size, has_rule, nonempty, nullable, parse,
                                        to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
@@ -28,47 +30,60 @@ SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a 
 
 @dataclass
 class JsonSchemaGrammar:
-    lark: str
+    rules: list[Rule]          # BNF, start rule `start`
+    terminals: dict[str, str]  # name -> regex (outlines-core's dialect)
     relaxed: list[str]
     narrowed: list[str]
     max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
 
+    def spec(self) -> CfgSpec:
+        return bnf_to_spec(self.rules, tuple(Terminal(name, regex, TERMINAL_PRIORITY, False, False)
+                                             for name, regex in self.terminals.items()))
 
-def schema_to_lark(schema: dict | bool | str, whitespace_pattern: str | None = None,
-                   lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaGrammar:
-    """The schema as a Lark grammar (start rule `start`); GrammarError as json_schema raises."""
+    @property
+    def lark(self) -> str:
+        """The same grammar as Lark text (tests parse it with lark's Earley parser)."""
+        bodies: dict[str, list[str]] = {}
+        for rule in self.rules:
+            bodies.setdefault(rule.origin, []).append(" ".join(rule.expansion))
+        lines = [f"{name}: {' | '.join(options)}" for name, options in bodies.items()]
+        return "\n".join(lines + [f"{name}: /{_lark_regex(regex)}/" for name, regex in self.terminals.items()])
+
+
+def schema_to_grammar(schema: dict | bool | str, whitespace_pattern: str | None = None,
+                      lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaGrammar:
+    """The schema as BNF rules over regex terminals; GrammarError as json_schema raises."""
     compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient, open_objects=open_objects)
     root, trees = parse(compiled.root), {name: parse(body) for name, body in compiled.rules.items()}
-    writer = _LarkWriter()
-    lines = [f"start: {writer.rule_body(root)}"]
-    lines += [f"{name}: {writer.rule_body(tree)}" for name, tree in trees.items()]
-    lines += [f"{name}: {body}" for body, name in writer.helpers.items()]
+    writer = _BnfWriter()
+    bodies = [("start", writer.rule_body(root))]
+    bodies += [(name, writer.rule_body(tree)) for name, tree in trees.items()]
+    bodies += [(name, body) for body, name in writer.helpers.items()]
     missing = writer.rules_used - set(compiled.rules)
     if missing:
         raise GrammarError(f"recursive schema: the cycle through rule {sorted(missing)[0]} matches no value")
-    return JsonSchemaGrammar("\n".join(lines + writer.terminal_lines()), compiled.relaxed, compiled.narrowed,
-                             _max_open_bytes(root, trees))
+    rules = [Rule(name, tuple(option.split())) for name, body in bodies
+             for option in dict.fromkeys(body.split(" | "))]
+    return JsonSchemaGrammar(rules, {name: regex for regex, name in writer.terminals.items()},
+                             compiled.relaxed, compiled.narrowed, _max_open_bytes(root, trees))
 
 
 def _max_open_bytes(root: Node, trees: dict[str, Node]) -> int:
-    best = _rule_min_bytes(trees)
-    return max(max_optional_bytes(t, best) for t in [root, *trees.values()])
-
-
-def _rule_min_bytes(trees: dict[str, Node]) -> dict[str, int]:
-    """Each rule's shortest text in bytes: a fixpoint from "unbounded" down."""
-    best = {name: 1 << 30 for name in trees}
+    """The longest shortest text of an optional part, rules at their shortest texts in bytes: a
+    fixpoint from "unbounded" down."""
+    sizes = ByteSizes()
+    sizes.rules = dict.fromkeys(trees, 1 << 30)
     changed = True
     while changed:
         changed = False
         for name, tree in trees.items():
-            n = min_bytes(tree, best)
-            if n < best[name]:
-                best[name], changed = n, True
-    return best
+            n = sizes.min_bytes(tree)
+            if n < sizes.rules[name]:
+                sizes.rules[name], changed = n, True
+    return max(sizes.max_optional_bytes(t) for t in [root, *trees.values()])
 
 
-class _LarkWriter:
+class _BnfWriter:
     def __init__(self):
         self.terminals: dict[str, str] = {}  # regex -> terminal name
         self.rules_used: set[str] = set()
@@ -91,9 +106,8 @@ class _LarkWriter:
         return body
 
     def expr(self, node: Node) -> str:
-        """Lark BNF for node ("" for the empty text). Alternations, optionals and repetitions
-        become rules of their own: lark turns inline `(a|b)`, `x?` and `x*` into copies of the
-        enclosing expansion, 2^k of them for k in one rule. A rule-free node too big for one
+        """BNF for node: symbols separated by spaces ("" for the empty text). Alternations,
+        optionals and repetitions become rules of their own. A rule-free node too big for one
         terminal's DFA is written the same way (its parts become terminals)."""
         if not self._structural(node):
             return self.terminal(node)
@@ -153,9 +167,6 @@ class _LarkWriter:
         regex = to_regex(node)
         name = self.terminals.setdefault(regex, f"T{len(self.terminals)}")
         return name
-
-    def terminal_lines(self) -> list[str]:
-        return [f"{name}: /{_lark_regex(regex)}/" for regex, name in self.terminals.items()]
 
 
 def _runs(items: tuple, structural) -> list[Node]:

@@ -1,6 +1,7 @@
 """A Lark grammar -> CfgSpec: the internal form of every context-free constraint (Lark EBNF, GBNF,
-and later recursive JSON Schemas): its terminals as regexes in outlines-core's dialect plus lark's
-LALR(1) parse table as plain dicts (picklable, no lark objects).
+and JSON Schemas on the grammar path, which build theirs from rules directly): its terminals as
+regexes in outlines-core's dialect plus the LALR(1) parse table (grammar/lalr.py) as plain dicts
+(picklable, no lark objects). lark parses the grammar text and expands its EBNF into rules.
 
 Terminal regexes: string literals are escaped (`"x"i` becomes `(?i:x)`); regex terminals go
 through regex.prepare_regex (Python-only constructs rejected by name). A regex with a lazy
@@ -14,14 +15,15 @@ from functools import cached_property
 from pathlib import Path
 
 from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.lalr import Action, Rule, lalr_table
 from gdserve.grammar.regex import escape_literal, prepare_regex, skeleton
 
 BUILTIN_DIR = Path(__file__).parent
 BUILTIN_PREFIX = "builtin:"
-END = "$END"
 # lark's common.ESCAPED_STRING, after _STRING_ESC_INNER is inlined; `.` excludes only newline.
 LARK_ESCAPED_STRING = '".*?(?<!\\\\)(\\\\\\\\)*?"'
 PLAIN_ESCAPED_STRING = '"(?:[^"\\\\\\n]|\\\\[^\\n])*"'
+TERMINAL_PRIORITY = 0  # lark's default
 LAZY_QUANTIFIER = r"(?:[*+?]|\{[0-9]*,?[0-9]*\})\?"
 
 
@@ -34,14 +36,10 @@ class Terminal:
     lazy: bool          # the lexeme ends at its first match
 
 
-Action = tuple[bool, int | tuple[str, int]]  # (shift?, next state | (rule origin, rule length))
-
-
 @dataclass(frozen=True)
 class CfgSpec:
     """Terminals (index = terminal id), ignored terminal ids, and the LALR(1) table:
     actions[state][symbol] for terminals and nonterminals (gotos are shifts on nonterminals)."""
-    source: str
     terminals: tuple[Terminal, ...]
     ignore: frozenset[int]
     actions: tuple[dict[str, Action], ...]
@@ -70,27 +68,47 @@ def load_grammar_text(spec: object) -> str:
 
 def lark_to_spec(text: str) -> CfgSpec:
     """Parse Lark text and build its LALR(1) table; GrammarError with lark's message (line and
-    column for syntax errors, the colliding rules for a conflict). Calls lark's grammar loader and
-    LALR analyzer directly: `lark.Lark` would also build lexers we never use (its terminal
-    collision check alone takes ~0.5 s on json.lark)."""
-    from lark.common import ParserConf
+    column for syntax errors) or the colliding rules of a conflict. Calls lark's grammar loader
+    directly: `lark.Lark` would also build lexers we never use (its terminal collision check
+    alone takes ~0.5 s on json.lark)."""
     from lark.exceptions import LarkError
     from lark.load_grammar import load_grammar
-    from lark.parsers.lalr_analysis import LALR_Analyzer
     _warm_meta_parser()
     try:
         grammar, _ = load_grammar(text, "<grammar>", [_import_lark_stdlib_only], False)
-        lark_terminals, rules, ignore = grammar.compile(["start"], set())
-        analysis = LALR_Analyzer(ParserConf(rules, {}, ["start"]))
-        analysis.compute_lalr()
+        lark_terminals, lark_rules, ignore = grammar.compile(["start"], set())
     except LarkError as e:
         raise GrammarError(f"invalid Lark grammar: {type(e).__name__}: {e}") from None
-    terminals = tuple(_terminal(t) for t in lark_terminals)
+    rules = [Rule(str(r.origin.name), tuple(str(s.name) for s in r.expansion), r.options.priority or 0)
+             for r in lark_rules]
+    return bnf_to_spec(rules, tuple(_terminal(t) for t in lark_terminals), [str(n) for n in ignore])
+
+
+def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: list[str] = ()) -> CfgSpec:
+    """The CfgSpec of BNF rules (start rule `start`) over named terminals. Rules the start rule
+    never reaches are dropped, and terminals that no rule left uses but for the ignored, as lark
+    drops them."""
+    rules = _reachable(rules, "start")
+    table = lalr_table(rules, {t.name for t in terminals})
+    used = {s for r in rules for s in r.expansion} | set(ignore)
+    terminals = tuple(t for t in terminals if t.name in used)
     names = {t.name: i for i, t in enumerate(terminals)}
-    table = analysis.parse_table
-    actions = tuple(_actions(table.states[s]) for s in range(len(table.states)))
-    return CfgSpec(text, terminals, frozenset(names[str(n)] for n in ignore), actions,
-                   table.start_states["start"], table.end_states["start"])
+    return CfgSpec(terminals, frozenset(names[n] for n in ignore), table.actions,
+                   table.start_state, table.end_state)
+
+
+def _reachable(rules: list[Rule], start: str) -> list[Rule]:
+    by_origin: dict[str, list[Rule]] = {}
+    for r in rules:
+        by_origin.setdefault(r.origin, []).append(r)
+    seen, todo = {start}, [start]
+    while todo:
+        for r in by_origin.get(todo.pop(), ()):
+            for s in r.expansion:
+                if s in by_origin and s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+    return [r for r in rules if r.origin in seen]
 
 
 def _import_lark_stdlib_only(base_path, grammar_path: str):
@@ -119,16 +137,6 @@ def _warm_meta_parser() -> None:
         _get_parser()
     finally:
         lark.lexer.has_interegular = saved
-
-
-def _actions(state: dict) -> dict[str, Action]:
-    out = {}
-    for symbol, (action, arg) in state.items():  # str(): lark's names are Tokens (slow __eq__)
-        if action.name == "Shift":
-            out[str(symbol)] = (True, arg)
-        else:
-            out[str(symbol)] = (False, (str(arg.origin.name), len(arg.expansion)))
-    return out
 
 
 def _terminal(t) -> Terminal:

@@ -111,21 +111,52 @@ def nonempty(node: Node) -> Node | None:
     return Seq((item, Repeat(node.item, 0, None if node.hi is None else node.hi - 1)))
 
 
-def min_bytes(node: Node, rules: dict[str, int]) -> int:
-    """Fewest UTF-8 bytes node matches, rules' minimums given (a class or `.` counts 1)."""
-    if isinstance(node, Atom):
-        if node.rule is not None:
-            return rules[node.rule]
-        escaped = node.text.startswith(("\\u", "\\U")) and \
-            re.fullmatch(r"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))", node.text)
-        if escaped:
-            return len(chr(int(escaped.group(1) or escaped.group(2), 16)).encode("utf-8", "surrogatepass"))
-        return 1 if node.text.startswith(("[", "\\", ".", "(")) else len(node.text.encode())
-    if isinstance(node, Seq):
-        return sum(min_bytes(x, rules) for x in node.items)
-    if isinstance(node, Alt):
-        return min(min_bytes(o, rules) for o in node.options)
-    return node.lo * min_bytes(node.item, rules) if node.lo else 0
+class ByteSizes:
+    """Fewest UTF-8 bytes of nodes (a class or `.` counts 1; a rule counts rules[name], which the
+    caller may lower between calls, as a fixpoint over recursive rules does) and the longest
+    shortest text of an optional or repeated part of a node (an alternative, a repetition's item:
+    what one token may commit to once it takes that part). Rule-free nodes are sized once."""
+
+    def __init__(self):
+        self.rules: dict[str, int] = {}
+        self._fixed: dict[int, tuple[int, int, bool]] = {}  # id(node) -> sizes, nodes without rules
+
+    def min_bytes(self, node: Node) -> int:
+        return self._sizes(node)[0]
+
+    def max_optional_bytes(self, node: Node) -> int:
+        return self._sizes(node)[1]
+
+    def _sizes(self, node: Node) -> tuple[int, int, bool]:
+        """(min bytes, max optional bytes, holds a rule)."""
+        out = self._fixed.get(id(node))
+        if out is not None:
+            return out
+        if isinstance(node, Atom):
+            if node.rule is not None:
+                return self.rules[node.rule], 0, True
+            out = _atom_bytes(node.text), 0, False
+        elif isinstance(node, Seq):
+            sizes = [self._sizes(x) for x in node.items]
+            out = (sum(m for m, _, _ in sizes), max((o for _, o, _ in sizes), default=0),
+                   any(r for _, _, r in sizes))
+        elif isinstance(node, Alt):
+            sizes = [self._sizes(o) for o in node.options]
+            out = (min(m for m, _, _ in sizes), max(max(m, o) for m, o, _ in sizes),
+                   any(r for _, _, r in sizes))
+        else:
+            m, o, r = self._sizes(node.item)
+            out = node.lo * m, max(m, o), r
+        if not out[2]:
+            self._fixed[id(node)] = out
+        return out
+
+
+def _atom_bytes(text: str) -> int:
+    escaped = text.startswith(("\\u", "\\U")) and re.fullmatch(r"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))", text)
+    if escaped:
+        return len(chr(int(escaped.group(1) or escaped.group(2), 16)).encode("utf-8", "surrogatepass"))
+    return 1 if text.startswith(("[", "\\", ".", "(")) else len(text.encode())
 
 
 def expanded_size(node: Node) -> int:
@@ -137,26 +168,6 @@ def expanded_size(node: Node) -> int:
     if isinstance(node, (Seq, Alt)):
         return sum(map(expanded_size, node.items if isinstance(node, Seq) else node.options))
     return max(node.lo if node.hi is None else node.hi, 1) * expanded_size(node.item)
-
-
-def max_optional_bytes(node: Node, rules: dict[str, int]) -> int:
-    """The longest shortest text of an optional or repeated part of node (an alternative, a
-    repetition's item): what one token may commit to once it takes that part."""
-    return _sizes(node, rules)[1]
-
-
-def _sizes(node: Node, rules: dict[str, int]) -> tuple[int, int]:
-    """(min_bytes, max_optional_bytes) in one walk."""
-    if isinstance(node, Atom):
-        return min_bytes(node, rules), 0
-    if isinstance(node, Seq):
-        sizes = [_sizes(x, rules) for x in node.items]
-        return sum(m for m, _ in sizes), max((o for _, o in sizes), default=0)
-    if isinstance(node, Alt):
-        sizes = [_sizes(o, rules) for o in node.options]
-        return min(m for m, _ in sizes), max(max(m, o) for m, o in sizes)
-    m, o = _sizes(node.item, rules)
-    return node.lo * m, max(m, o)
 
 
 def _alt(options: list[Node]) -> Node | None:

@@ -26,6 +26,9 @@ from gdserve.kernels import native
 
 BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
+MIN_LOOP_BYTES = 32   # a state looping on this many bytes takes its pure subtrees at once
+LOOP_DEPTH = 3        # loop states looked for this many bytes into a walk
+MAX_CACHED_LOOPS = 64
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -35,10 +38,12 @@ def mask_library() -> ctypes.CDLL | None:
     lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p, p]
+        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p, i32, p, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
-        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p]
+        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, i32, p, p, p]
         lib.walk_token_subtrees.restype = ctypes.c_int64
+        lib.find_loops.argtypes = [p, i32, i32, p, i32, i32, i32, p]
+        lib.find_loops.restype = i32
     return lib
 
 
@@ -133,6 +138,7 @@ class TokenTrie:
     token_node: np.ndarray  # int32 [V]: where each token id ends; -1 for none (special, EOS)
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
+    _pure: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
         return _intern_trie, tuple(getattr(self, name) for name in _TRIE_FIELDS)
@@ -143,6 +149,24 @@ class TokenTrie:
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.token_data[self.offsets[token_id]:self.offsets[token_id + 1]]
+
+    def pure_below(self, loop: np.ndarray) -> np.ndarray:
+        """uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (bool
+        [256]): from a state that each of those bytes leads back to, its whole subtree stays
+        alive. Cached per byte set (grammars share their strings' few character sets)."""
+        key = np.packbits(loop).tobytes()
+        pure = self._pure.get(key)
+        if pure is None:
+            if len(self._pure) >= MAX_CACHED_LOOPS:
+                self._pure.clear()
+            outside = np.concatenate([[0], np.cumsum(~loop[self.byte], dtype=np.int32)])
+            nodes = np.arange(len(self.byte))
+            pure = self._pure[key] = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
+        return pure
+
+    @cached_property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
 
     @cached_property
     def levels(self) -> list[np.ndarray]:
@@ -218,6 +242,13 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _loop_arrays(states: list[int], pures: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """int32 loop states and uintp pointers to their pure arrays, for the C walks (the caller
+    keeps `pures` and both arrays alive through the call)."""
+    return (np.array(states or [0], dtype=np.int32),
+            np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp))
+
+
 @dataclass(eq=False)
 class TokenIndex:
     """A ByteDFA over a TokenTrie: the allowed tokens of a state, on demand."""
@@ -228,6 +259,40 @@ class TokenIndex:
     def node_class(self) -> np.ndarray:
         """uint8 [N]: each trie node's byte class in this DFA."""
         return np.ascontiguousarray(self.dfa.classes[self.trie.byte])
+
+    @cached_property
+    def _class_bytes(self) -> np.ndarray:
+        return np.bincount(self.dfa.classes, minlength=self.dfa.trans.shape[1]).astype(np.int32)
+
+    @cached_property
+    def _loops(self) -> dict[int, tuple[list[int], list[np.ndarray]]]:
+        return {}
+
+    def loops(self, state: int) -> tuple[list[int], list[np.ndarray]]:
+        """The walk's loop states and their trie.pure_below arrays (C walks only): `state` and
+        the states that most bytes lead to, one and two bytes on (a key's first character, then
+        the rest of an undeclared key), where a state loops on at least MIN_LOOP_BYTES bytes (a
+        string's interior). A state's row never changes once walked (the lexer grows by new
+        states)."""
+        out = self._loops.get(state)
+        if out is None:
+            if len(self._loops) > MAX_CACHED_LOOPS * 64:
+                self._loops.clear()
+            found = np.empty(LOOP_DEPTH, dtype=np.int32)
+            trans, classes, dead = self._static_args[:3]
+            n = mask_library().find_loops(trans, classes, dead, _ptr(self._class_bytes), state, LOOP_DEPTH,
+                                          MIN_LOOP_BYTES, _ptr(found))
+            states = found[:n].tolist()
+            out = self._loops[state] = (states, [self.trie.pure_below(self.dfa.trans[x, self.dfa.classes] == x)
+                                                 for x in states])
+        return out
+
+    @cached_property
+    def _static_args(self) -> tuple:
+        """The C walks' pointers that stay put: the DFA's table and the trie's arrays."""
+        t, trans = self.trie, self.dfa.trans
+        return (_ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
+                _ptr(t.skip), _ptr(t.tok_ptr), _ptr(t.tok_ids))
 
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
@@ -284,18 +349,20 @@ class TokenIndex:
                       accept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
-        t, trans = self.trie, self.dfa.trans
+        t = self.trie
         roots = np.ascontiguousarray(roots, dtype=np.int32)
         size = int((t.skip[roots] - roots).sum())
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         nodes, terms = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
         count = np.zeros(1, dtype=np.int64)
-        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        stack = np.empty(t.max_depth + 1, dtype=np.int32)
+        loop_states, pures = self.loops(state)
+        loop_arrays = _loop_arrays(loop_states, pures)
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
         lib.walk_token_subtrees(
-            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
-            _ptr(t.skip), _ptr(roots), len(roots), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
-            _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)), _ptr(nodes), _ptr(terms),
-            _ptr(count), _ptr(stack))
+            trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
+            state, vocab_size, _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)),
+            _ptr(nodes), _ptr(terms), _ptr(count), len(loop_states), *map(_ptr, loop_arrays), _ptr(stack))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
 
@@ -330,13 +397,15 @@ class TokenIndex:
     def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
                      node_state: np.ndarray | None, crossings: tuple | None = None) -> int:
         """crossings: (accept, nodes out, terminals out, count out), see crossings_walk."""
-        t, trans = self.trie, self.dfa.trans
-        stack = np.empty(int(t.depth.max()) + 1, dtype=np.int32)
+        stack = np.empty(self.trie.max_depth + 1, dtype=np.int32)
         cross = [None] * 4 if crossings is None else [_ptr(a) for a in crossings]
+        loop_states, pures = self.loops(state) if node_state is None else ([], [])
+        loop_arrays = _loop_arrays(loop_states, pures)
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
         return lib.walk_token_trie(
-            _ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
-            _ptr(t.skip), len(t.byte), _ptr(t.tok_ptr), _ptr(t.tok_ids), state, vocab_size,
-            _ptr(words), None if node_state is None else _ptr(node_state), *cross, _ptr(stack))
+            trans, classes, dead, node_class, depth, skip, len(self.trie.byte), tok_ptr, tok_ids,
+            state, vocab_size, _ptr(words), None if node_state is None else _ptr(node_state), *cross,
+            len(loop_states), *map(_ptr, loop_arrays), _ptr(stack))
 
 
 def indexed_pattern(regex: str) -> str:

@@ -15,7 +15,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.json_schema_cfg import schema_to_lark
+from gdserve.grammar.json_schema_cfg import schema_to_grammar
 from gdserve.sampling_params import GuidedDecodingParams
 from tests.grammar.walk import (accepts_all, is_json, random_split, single_byte_ids, token_ids_by_bytes,
                                tokenized_mutants)
@@ -66,7 +66,7 @@ def grammar_of(tokenizer, name: str):
 def sentences(name: str, count: int, seed: int = 0) -> list[str]:
     """Random sentences of the schema's grammar (lark's own lexer reads some otherwise than ours:
     kept are the ones that parse as JSON)."""
-    sampler = SentenceSampler(schema_to_lark(SCHEMAS[name]).lark, max_depth=4, accept=is_json)
+    sampler = SentenceSampler(schema_to_grammar(SCHEMAS[name]).lark, max_depth=4, accept=is_json)
     rng = random.Random(seed)
     return [sampler.sentence(rng) for _ in range(count)]
 

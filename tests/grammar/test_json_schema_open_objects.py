@@ -12,7 +12,7 @@ from gdserve.grammar import compile_grammar
 from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.errors import RegexTooLargeError
 from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import schema_to_lark
+from gdserve.grammar.json_schema_cfg import schema_to_grammar
 from tests.grammar.walk import accepts_all, is_json, tokenized_mutants
 
 SCHEMAS = {
@@ -74,7 +74,7 @@ def test_accepted_exactly_when_valid(smollm2_tokenizer, name):
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_mutants_are_accepted_only_when_valid(smollm2_tokenizer, name):
     g, rng = grammar(smollm2_tokenizer, name), random.Random(1)
-    sampler = SentenceSampler(schema_to_lark(SCHEMAS[name], open_objects=True).lark, max_depth=4,
+    sampler = SentenceSampler(schema_to_grammar(SCHEMAS[name], open_objects=True).lark, max_depth=4,
                               accept=is_json)
     texts = [sampler.sentence(rng) for _ in range(20)]
     for text in texts:  # sentences of the grammar are valid and accepted

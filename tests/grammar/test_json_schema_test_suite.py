@@ -15,7 +15,7 @@ import pytest
 from gdserve.grammar.errors import (GrammarError, RecursiveSchemaError, RegexTooLargeError,
                                     UnsatisfiableSchemaError)
 from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import schema_to_lark
+from gdserve.grammar.json_schema_cfg import schema_to_grammar
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
@@ -40,7 +40,7 @@ def compiled_matcher(schema):
     except GrammarError:
         return None
     try:
-        parser = lark.Lark(schema_to_lark(schema, open_objects=True).lark, parser="earley", lexer="dynamic")
+        parser = lark.Lark(schema_to_grammar(schema, open_objects=True).lark, parser="earley", lexer="dynamic")
     except GrammarError:
         return None
 

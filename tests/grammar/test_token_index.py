@@ -4,6 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from outlines_core import Index
 
 from gdserve.grammar import compile_grammar
@@ -97,6 +98,37 @@ def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch):
     monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
     for s, expected in zip(states, native):
         for ours, theirs in zip(expected, index.crossings_walk(s, grammar.vocab_size, accept)):
+            assert np.array_equal(ours, theirs)
+
+
+def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, monkeypatch):
+    """In a state that loops on many bytes (a string's interior; an undeclared key's rest, two
+    bytes past an open object's `{"`), a trie subtree whose bytes all loop is taken whole: the
+    same tokens and crossings as the walk node by node."""
+    if mask_library() is None:
+        pytest.skip("no C compiler")
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                               "note": {"type": "string", "maxLength": 40}}}
+    grammar = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True)
+    matcher, bitmask = grammar.matcher(), torch.zeros(1, (grammar.vocab_size + 31) // 32, dtype=torch.int32)
+    for token in smollm2_tokenizer.encode('{"name": "a b", "note": "c", "other": "d"}', add_special_tokens=False):
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        assert matcher.accept_token(token)
+    dfa, accept = grammar.lexer.arrays()
+    index = TokenIndex(dfa, grammar.trie)
+    looping = {s: index.loops(s)[0] for s in range(dfa.dead)}
+    looping = {s: loops for s, loops in looping.items() if loops}
+    assert any(loops[0] == s for s, loops in looping.items())
+    assert any(s not in loops for s, loops in looping.items())
+    roots = np.flatnonzero(grammar.trie.depth == 1)[::7]
+    walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept),
+                 index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept)) for s in looping}
+    monkeypatch.setattr("gdserve.grammar.token_index.MIN_LOOP_BYTES", 10**9)
+    index = TokenIndex(dfa, grammar.trie)
+    for s, (whole, subtrees) in walks.items():
+        assert not index.loops(s)[0]
+        for ours, theirs in zip(whole + subtrees, index.crossings_walk(s, grammar.vocab_size, accept)
+                                + index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept)):
             assert np.array_equal(ours, theirs)
 
 
