@@ -43,23 +43,27 @@ class MaskStore:
 
     @cached_property
     def _first_byte_words(self) -> np.ndarray:
-        """uint32 [256, W]: the tokens (below vocab_size) whose first byte is b."""
-        t = self.trie
-        out = np.zeros((256, self.width), dtype=np.uint32)
-        for node in np.flatnonzero(t.depth == 1).tolist():
-            ids = t.tok_ids[t.tok_ptr[node]:t.tok_ptr[t.skip[node]]]
-            _set_bits(out[t.byte[node]], ids[ids < self.vocab_size])
-        return out
+        return self.trie.first_byte_words(self.vocab_size)
 
     def root(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> Expansion:
         """The whole vocabulary read from `state` (one trie walk)."""
         words, nodes, terms = self._index(dfa).crossings_walk(state, self.vocab_size, accept)
         exp = Expansion(words, _by_terminal(nodes, terms))
         if accept[state] >= 0:
-            dying = np.flatnonzero(dfa.trans[state, dfa.classes] == dfa.dead)
-            exp.dying_first = np.bitwise_or.reduce(self._first_byte_words[dying], axis=0) \
-                if len(dying) else np.zeros(self.width, dtype=np.uint32)
+            exp.dying_first = self._first_bytes_union(dfa.trans[state, dfa.classes] == dfa.dead)
         return exp
+
+    @cached_property
+    def _all_first_words(self) -> np.ndarray:
+        return np.bitwise_or.reduce(self._first_byte_words, axis=0)
+
+    def _first_bytes_union(self, first: np.ndarray) -> np.ndarray:
+        """uint32 [W]: the tokens whose first byte is in `first` (bool [256]); through the bytes
+        not in it when they are fewer (first bytes partition the tokens)."""
+        if first.sum() <= 128:
+            return np.bitwise_or.reduce(self._first_byte_words[first], axis=0, initial=np.uint32(0))
+        return self._all_first_words & ~np.bitwise_or.reduce(self._first_byte_words[~first], axis=0,
+                                                             initial=np.uint32(0))
 
     def _index(self, dfa: ByteDFA) -> TokenIndex:
         """The token index of the lexer's current DFA (kept while the lexer does not grow)."""

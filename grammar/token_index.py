@@ -139,6 +139,7 @@ class TokenTrie:
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
     _pure: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
+    _first_words: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
         return _intern_trie, tuple(getattr(self, name) for name in _TRIE_FIELDS)
@@ -149,6 +150,20 @@ class TokenTrie:
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.token_data[self.offsets[token_id]:self.offsets[token_id + 1]]
+
+    def first_byte_words(self, vocab_size: int) -> np.ndarray:
+        """uint32 [256, ceil(vocab_size / 32)]: the tokens below vocab_size whose first byte is b
+        (shared by the tokenizer's grammars)."""
+        out = self._first_words.get(vocab_size)
+        if out is None:
+            out = np.zeros((256, (vocab_size + 31) // 32), dtype=np.uint32)
+            starts = np.flatnonzero(self.depth == 1)
+            for node, first in zip(starts.tolist(), self.byte[starts].tolist()):
+                ids = self.tok_ids[self.tok_ptr[node]:self.tok_ptr[self.skip[node]]]
+                ids = ids[ids < vocab_size].astype(np.int64)
+                np.bitwise_or.at(out[first], ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+            self._first_words[vocab_size] = out
+        return out
 
     def pure_below(self, loop: np.ndarray) -> np.ndarray:
         """uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (bool
