@@ -217,11 +217,6 @@ class Lexer:
     def is_start(self, state: int) -> bool:
         return state in self._start_states
 
-    def successors(self, state: int) -> list[int]:
-        """The states one byte leads to from `state`."""
-        row = np.unique(self._table[state])
-        return row[row != self._dead].tolist()
-
     def live(self, state: int) -> bool:
         return bool((self._table[state] != self._dead).any())
 

@@ -28,7 +28,8 @@ BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
 MIN_LOOP_BYTES = 32   # a state looping on this many bytes takes its pure subtrees at once
 LOOP_DEPTH = 3        # loop states looked for this many bytes into a walk
-MAX_CACHED_LOOPS = 64
+MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
+MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -291,7 +292,7 @@ class TokenIndex:
         states)."""
         out = self._loops.get(state)
         if out is None:
-            if len(self._loops) > MAX_CACHED_LOOPS * 64:
+            if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
             found = np.empty(LOOP_DEPTH, dtype=np.int32)
             trans, classes, dead = self._static_args[:3]
