@@ -267,9 +267,13 @@ def _loop_arrays(states: list[int], pures: list[np.ndarray]) -> tuple[np.ndarray
 
 @dataclass(eq=False)
 class TokenIndex:
-    """A ByteDFA over a TokenTrie: the allowed tokens of a state, on demand."""
+    """A ByteDFA over a TokenTrie: the allowed tokens of a state, on demand. Pickles without the
+    C walks' cached pointers (they belong to the process that took them) and loop memo."""
     dfa: ByteDFA
     trie: TokenTrie
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_static_args", "_loops")}
 
     @cached_property
     def node_class(self) -> np.ndarray:

@@ -132,6 +132,20 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
             assert np.array_equal(ours, theirs)
 
 
+def test_pickled_index_walks_its_own_arrays(smollm2_tokenizer):
+    """A grammar compiled in a worker arrives pickled: the C walks' pointers cached there must not
+    travel (the server crashed on them); the copy's masks equal the original's."""
+    grammar = compile_grammar("regex", r"\"[a-z ]{0,30}\"(,[0-9]+)?", smollm2_tokenizer)
+    states = list(range(grammar.index.dfa.dead))
+    expected = [grammar.index.allowed_words(s, grammar.vocab_size)[0] for s in states]
+    data = pickle.dumps(grammar)
+    del grammar
+    copy = pickle.loads(data)
+    assert "_static_args" not in copy.index.__dict__
+    for s, words in zip(states, expected):
+        assert np.array_equal(copy.index.allowed_words(s, copy.vocab_size)[0], words)
+
+
 def test_vocab_size_narrower_and_wider(smollm2_tokenizer):
     narrow = compile_grammar("regex", "[a-z]+", smollm2_tokenizer, vocab_size=1000)
     assert max(narrow.transitions(narrow.initial_state)) < 1000
