@@ -81,10 +81,10 @@ def lark_to_spec(text: str) -> CfgSpec:
         raise GrammarError(f"invalid Lark grammar: {type(e).__name__}: {e}") from None
     rules = [Rule(str(r.origin.name), tuple(str(s.name) for s in r.expansion), r.options.priority or 0)
              for r in lark_rules]
-    return bnf_to_spec(rules, tuple(_terminal(t) for t in lark_terminals), [str(n) for n in ignore])
+    return bnf_to_spec(rules, tuple(_terminal(t) for t in lark_terminals), tuple(str(n) for n in ignore))
 
 
-def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: list[str] = ()) -> CfgSpec:
+def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tuple[str, ...] = ()) -> CfgSpec:
     """The CfgSpec of BNF rules (start rule `start`) over named terminals. Rules the start rule
     never reaches are dropped, and terminals that no rule left uses but for the ignored, as lark
     drops them."""
