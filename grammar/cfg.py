@@ -1,13 +1,17 @@
 """A compiled context-free grammar (kind "grammar") and its matcher, with the Grammar/Matcher API.
 
-Matcher state = (LALR stack, lexer id, lexer state): the parser after every emitted terminal, the
-contextual lexer of that stack's acceptable terminals, and the lexeme read so far. A lexeme that is
-complete and cannot grow is emitted at once, so a state at a lexer's start is an empty lexeme.
+A configuration = (LALR stack, lexer state): the parser after every emitted terminal and the
+lexeme read so far in the contextual lexer of that stack's acceptable terminals. A lexeme that is
+complete and cannot grow is emitted at once, so a configuration at a lexer's start is an empty
+lexeme. The matcher's state is the set of configurations the text so far can be in: always one
+under maximal munch; with the spec's `any_split` (cfg_lexer), a lexeme that could end where it is
+or go on is followed both ways, so the set holds every split of the text that parses.
 
-A mask is the stored `inside` words of the lexer state, ORed with the crossing tokens that the
-parser lets through (cfg_masks), and cached per matcher state (the stack is part of the key: it
-is what decides which terminal may come next). EOS is allowed when the current lexeme is empty or
-complete and the parser then accepts `$END`.
+A configuration's mask is the stored `inside` words of its lexer state, ORed with the crossing
+tokens that the parser lets through (cfg_masks), cached per configuration (the stack is part of
+the key: it is what decides which terminal may come next); a state's mask is its configurations'
+union. EOS is allowed when some configuration's lexeme is empty or complete and the parser then
+accepts `$END`.
 """
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,11 +35,13 @@ STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heu
 
 @dataclass(frozen=True)
 class CfgState:
+    """One configuration."""
     stack: Stack
     lex: int     # state of the lexer DFA (a start state: the lexeme is empty)
 
 
-TERMINATED = CfgState((), -1)
+CfgStates = frozenset  # of CfgState: a matcher state
+TERMINATED: CfgStates = frozenset()  # after EOS (no other state is empty)
 
 
 @dataclass(frozen=True)
@@ -105,51 +111,63 @@ class CfgGrammar:
         return CfgState(stack, self.start_of(stack))
 
     @cached_property
-    def initial(self) -> CfgState:
-        return self.fresh(self.parser.initial)
+    def initial(self) -> CfgStates:
+        return frozenset([self.fresh(self.parser.initial)])
 
-    def settle(self, state: CfgState) -> CfgState | None:
-        """Emit a complete lexeme that cannot grow (None: the parser refuses it)."""
-        term = self.lexer.accept[state.lex]
-        if term < 0 or self.lexer.live(state.lex):
-            return state
-        stack = self.step(state.stack, term)
-        return None if stack is None else self.fresh(stack)
+    def emit(self, stack: Stack, lex: int) -> list[Stack]:
+        """The stacks after emitting the lexeme in `lex` (one per terminal it may be)."""
+        out = []
+        for term in self.lexer.emits(lex):
+            after = self.step(stack, term)
+            if after is not None:
+                out.append(after)
+        return out
 
-    def advance(self, state: CfgState, data: bytes) -> CfgState | None:
-        """The state after reading `data`, or None if some byte is not allowed."""
-        stack, s, lexer = state.stack, state.lex, self.lexer
+    def _settled(self, stack: Stack, lex: int) -> list[CfgState]:
+        """A complete lexeme that cannot grow is emitted (no configuration if the parser refuses)."""
+        if self.lexer.live(lex) or not self.lexer.emits(lex):
+            return [CfgState(stack, lex)]
+        return [self.fresh(after) for after in self.emit(stack, lex)]
+
+    def advance(self, states: CfgStates, data: bytes) -> CfgStates | None:
+        """The state after reading `data`, or None if no configuration can read it."""
+        configs, lexer, split = {(c.stack, c.lex) for c in states}, self.lexer, self.spec.any_split
         for b in data:
-            nxt = lexer.step(s, b)
-            if nxt < 0:
-                term = lexer.accept[s]
-                stack = self.step(stack, term) if term >= 0 else None
-                if stack is None:
-                    return None
-                nxt = lexer.step(self.start_of(stack), b)
-                if nxt < 0:
-                    return None
-            s = nxt
-        return self.settle(CfgState(stack, s))
+            nxt = set()
+            for stack, s in configs:
+                n = lexer.step(s, b)
+                if n >= 0:
+                    nxt.add((stack, n))
+                if split or n < 0:
+                    for after in self.emit(stack, s):
+                        n = lexer.step(self.start_of(after), b)
+                        if n >= 0:
+                            nxt.add((after, n))
+            if not nxt:
+                return None
+            configs = nxt
+        out = frozenset(c for stack, s in configs for c in self._settled(stack, s))
+        return out or None
 
-    def accepts_eos(self, state: CfgState) -> bool:
-        if self.lexer.is_start(state.lex):
-            return self.parser.accepts_end(state.stack)
-        term = self.lexer.accept[state.lex]
-        stack = self.step(state.stack, term) if term >= 0 else None
-        return stack is not None and self.parser.accepts_end(stack)
+    def accepts_eos(self, states: CfgStates) -> bool:
+        return any(self._accepts_eos(c) for c in states)
+
+    def _accepts_eos(self, config: CfgState) -> bool:
+        if self.lexer.is_start(config.lex):
+            return self.parser.accepts_end(config.stack)
+        return any(self.parser.accepts_end(after) for after in self.emit(config.stack, config.lex))
 
     # ---- masks --------------------------------------------------------------------------------
     @cached_property
     def store(self) -> MaskStore:
-        return MaskStore(self.trie, self.vocab_size)
+        return MaskStore(self.trie, self.vocab_size, self.spec.any_split)
 
     @cached_property
     def _roots(self) -> dict[int, Expansion]:
         return {}
 
     @cached_property
-    def _masks(self) -> dict[CfgState, CfgMask]:
+    def _masks(self) -> dict[CfgStates, CfgMask]:
         return {}
 
     @cached_property
@@ -162,49 +180,51 @@ class CfgGrammar:
             exp = self._roots[lex] = self.store.root(*self.lexer.arrays(), lex)
         return exp
 
-    def words(self, state: CfgState) -> np.ndarray:
-        """uint32 [W]: the real tokens allowed in `state` (no EOS)."""
-        words = self._words.get(state)
+    def words(self, config: CfgState) -> np.ndarray:
+        """uint32 [W]: the real tokens allowed in a configuration (no EOS)."""
+        words = self._words.get(config)
         if words is None:
             if len(self._words) > MAX_CACHED_MASKS:
                 self._words.clear()
-            words = self._words[state] = self._build_words(state)
+            words = self._words[config] = self._build_words(config)
         return words
 
-    def _build_words(self, state: CfgState) -> np.ndarray:
-        exp = self.root(state.lex)
+    def _build_words(self, config: CfgState) -> np.ndarray:
+        exp = self.root(config.lex)
         words = exp.inside.copy()
-        if exp.dying_first is not None:
-            after = self.step(state.stack, self.lexer.accept[state.lex])
-            if after is not None:
+        for after in self.emit(config.stack, config.lex):
+            if self.spec.any_split:
+                words |= self.words(self.fresh(after))
+            else:
                 words |= self.words(self.fresh(after)) & exp.dying_first
-        self._add_crossings(exp, state.stack, words)
+        self._add_crossings(exp, config.stack, words)
         return words
 
     def _add_crossings(self, exp: Expansion, stack: Stack, words: np.ndarray) -> None:
-        for term, roots in exp.crossings.items():
-            after = self.step(stack, term)
-            if after is None:
-                continue
-            start = self.start_of(after)
-            child = exp.children.get((term, start))
-            if child is None:
-                child = exp.children[(term, start)] = self.store.subtrees(
-                    *self.lexer.arrays(), start, roots)
-            words |= child.inside
-            self._add_crossings(child, after, words)
+        for accept_id, roots in exp.crossings.items():
+            for term in self.lexer.emitted(accept_id):
+                after = self.step(stack, term)
+                if after is None:
+                    continue
+                start = self.start_of(after)
+                child = exp.children.get((term, start))
+                if child is None:
+                    child = exp.children[(term, start)] = self.store.subtrees(
+                        *self.lexer.arrays(), start, roots)
+                words |= child.inside
+                self._add_crossings(child, after, words)
 
-    def state_mask(self, state: CfgState) -> CfgMask:
-        mask = self._masks.get(state)
+    def state_mask(self, states: CfgStates) -> CfgMask:
+        mask = self._masks.get(states)
         if mask is None:
             if len(self._masks) > MAX_CACHED_MASKS:
                 self._masks.clear()
-            mask = self._masks[state] = self._build_mask(state)
+            mask = self._masks[states] = self._build_mask(states)
         return mask
 
-    def _build_mask(self, state: CfgState) -> CfgMask:
-        words = self.words(state).copy()
-        accepting = self.accepts_eos(state)
+    def _build_mask(self, states: CfgStates) -> CfgMask:
+        words = np.bitwise_or.reduce([self.words(c) for c in states])
+        accepting = self.accepts_eos(states)
         only_eos = accepting and not words.any()
         if accepting:
             ids = self._eos_array
@@ -229,10 +249,10 @@ class CfgGrammar:
         return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
 
     @cached_property
-    def _completions(self) -> dict[CfgState, bytes | None]:
+    def _completions(self) -> dict[CfgStates, bytes | None]:
         return {}
 
-    def completion(self, state: CfgState) -> bytes | None:
+    def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
             if len(self._completions) > MAX_CACHED_MASKS:
@@ -240,7 +260,7 @@ class CfgGrammar:
             self._completions[state] = shortest_completion(self, state)
         return self._completions[state]
 
-    def budget_row(self, state: CfgState, budget: int) -> torch.Tensor:
+    def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
         """The state's row, or, once the shortest completion (plus steer_margin bytes, one byte
         per token at worst) no longer fits in `budget` tokens, only the tokens that start that
         completion (and EOS where allowed)."""
@@ -275,7 +295,7 @@ class CfgMatcher(StateWalk):
 
     def accept_token(self, token_id: int) -> bool:
         state = self._states[-1]
-        if state is TERMINATED:
+        if state == TERMINATED:
             return False
         if token_id in self.grammar.eos_token_ids:
             nxt = TERMINATED if self.grammar.accepts_eos(state) else None
@@ -288,15 +308,15 @@ class CfgMatcher(StateWalk):
         self._states.append(nxt)
         return True
 
-    def _carry_completion(self, state: CfgState, nxt: CfgState, token_id: int) -> None:
+    def _carry_completion(self, state: CfgStates, nxt: CfgStates, token_id: int) -> None:
         """A token that starts the known completion leaves the rest as the next one."""
         done = self.grammar._completions
         path, data = done.get(state), self.grammar.token_data(token_id)
-        if path and data and nxt is not TERMINATED and nxt not in done and path.startswith(data):
+        if path and data and nxt != TERMINATED and nxt not in done and path.startswith(data):
             done[nxt] = path[len(data):]
 
     def distance_to_complete(self) -> int:
         """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""
         state = self._states[-1]
-        path = None if state is TERMINATED else self.grammar.completion(state)
+        path = None if state == TERMINATED else self.grammar.completion(state)
         return len(path) if path else 0

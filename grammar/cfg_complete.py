@@ -46,19 +46,20 @@ def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
 
 
 def shortest_completion(grammar, state) -> bytes | None:
-    """Bytes that take `state` to one where EOS is allowed, or None if none was found."""
+    """Bytes that take `state` (a set of configurations) to one where EOS is allowed, or None if
+    none was found."""
     spells = grammar.terminal_spellings
     ignore = [spells[t] for t in grammar.spec.ignore if spells[t]]
     sep = min(ignore, key=len) if ignore else None
-    depth = len(state.stack)
+    depth = min(len(c.stack) for c in state)
     heap, seen, count = [(0, 0, state, b"")], {state}, 0
     while heap and count < MAX_NODES:
         cost, _, cur, path = heapq.heappop(heap)
         if grammar.accepts_eos(cur):
             return path
-        for piece in _pieces(grammar, cur, spells, sep):
+        for piece in dict.fromkeys(p for c in cur for p in _pieces(grammar, c, spells, sep)):
             nxt = grammar.advance(cur, piece)
-            if nxt is None or nxt in seen or len(nxt.stack) > depth + MAX_DEEPER:
+            if nxt is None or nxt in seen or min(len(c.stack) for c in nxt) > depth + MAX_DEEPER:
                 continue
             seen.add(nxt)
             count += 1
@@ -66,22 +67,22 @@ def shortest_completion(grammar, state) -> bytes | None:
     return None
 
 
-def _pieces(grammar, cur, spells: list, sep: bytes | None) -> list[bytes]:
-    """Text to try after `cur`: the end of an unfinished lexeme, or the next terminals (those the
-    parser takes once a complete pending lexeme is emitted)."""
-    stack = cur.stack
-    if not grammar.lexer.is_start(cur.lex):
-        term = grammar.lexer.accept[cur.lex]
-        if term < 0:
-            end = shortest_spelling(grammar.lexer.arrays()[0], cur.lex)
+def _pieces(grammar, config, spells: list, sep: bytes | None) -> list[bytes]:
+    """Text to try after a configuration: the end of an unfinished lexeme, or the next terminals
+    (those the parser takes once a complete pending lexeme is emitted)."""
+    stacks = [config.stack]
+    if not grammar.lexer.is_start(config.lex):
+        stacks = grammar.emit(config.stack, config.lex)
+        if not grammar.lexer.emits(config.lex):
+            end = shortest_spelling(grammar.lexer.arrays()[0], config.lex)
             return [end] if end else []
-        stack = grammar.step(stack, term)
     out = []
-    for term in grammar.parser.acceptable(stack) - grammar.spec.ignore:
-        if spells[term]:
-            out.append(spells[term])
-            if sep:
-                out.append(sep + spells[term])
+    for stack in stacks:
+        for term in grammar.parser.acceptable(stack) - grammar.spec.ignore:
+            if spells[term]:
+                out.append(spells[term])
+                if sep:
+                    out.append(sep + spells[term])
     return out
 
 

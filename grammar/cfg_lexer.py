@@ -2,7 +2,11 @@
 one product DFA over them that reads one lexeme, started per candidate set (the terminals the
 parser can take next, plus the ignored ones).
 
-Lexing semantics (what the matcher enforces, and how it differs from lark):
+Lexing semantics (what the matcher enforces, and how it differs from lark). A spec with
+`any_split` (JSON Schema grammars, whose terminals are the writer's own cuts of one regex) lets a
+lexeme end at any complete match of any candidate, ties included, so the language is every
+concatenation of terminals that parses: the matcher follows each way (cfg.CfgGrammar.advance).
+Otherwise (Lark and GBNF grammars, which their users lex with lark):
 - maximal munch without backtracking: a lexeme goes on while some candidate terminal can still
   extend it; at the first byte that none can take, the bytes so far must match a candidate in
   full, and that terminal is emitted. (lark's `re.match` over an alternation ordered by priority
@@ -72,6 +76,7 @@ class Lexer:
     _multi: dict[tuple[int, ...], dict[bytes, int]] = field(default_factory=dict)
     _single_base: dict[int, int] = field(default_factory=dict)
     _joint_trans: dict[int, np.ndarray] = field(default_factory=dict)
+    _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # any_split: accept id >= K
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
 
     @cached_property
@@ -183,6 +188,9 @@ class Lexer:
             rows[ii, cc] = self._multi_ids(tuple(terms[js].tolist()), nexts[ii[:, None], js, cc[:, None]],
                                            frontier)
         accept = np.where(final.any(axis=1), terms[best], -1)
+        if self.spec.any_split:
+            for i in np.flatnonzero(final.sum(axis=1) > 1).tolist():
+                accept[i] = self._tie_id(tuple(terms[final[i]].tolist()))
         self._table[ids] = np.where(rows >= 0, rows, self._dead)  # ids: not always consecutive
         self._accept[ids], self._final[ids] = accept, accept >= 0
 
@@ -202,10 +210,24 @@ class Lexer:
             out[r] = sid
         return out[inverse.reshape(-1)]
 
-    @property
-    def accept(self) -> np.ndarray:
-        """int32 per state: the terminal it emits, or -1."""
-        return self._accept
+    def _tie_id(self, terms: tuple[int, ...]) -> int:
+        return self._ties.setdefault(terms, len(self.dfas) + len(self._ties))
+
+    @cached_property
+    def _tie_sets(self) -> dict[int, tuple[int, ...]]:
+        return {}
+
+    def emitted(self, accept_id: int) -> tuple[int, ...]:
+        """The terminals an accept id stands for: none (-1), one, or (any_split) a tie."""
+        if accept_id < len(self.dfas):
+            return () if accept_id < 0 else (accept_id,)
+        if len(self._tie_sets) != len(self._ties):
+            self._tie_sets.update((i, t) for t, i in self._ties.items())
+        return self._tie_sets[accept_id]
+
+    def emits(self, state: int) -> tuple[int, ...]:
+        """The terminals a lexeme ending in `state` may be emitted as."""
+        return self.emitted(self._accept.item(state))
 
     def arrays(self) -> tuple[ByteDFA, np.ndarray]:
         """The states as a ByteDFA (dead = the last state) and int32 accept per state, for the

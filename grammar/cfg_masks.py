@@ -11,6 +11,8 @@ A token is read byte by byte from the lexer state. Walking the token trie throug
 A lexer state that is itself accepting makes every token whose first byte it cannot take a
 crossing at depth 0: those are `dying_first` (tokens by first byte), and at run time they are the
 next lexeme's start mask ANDed with it.
+When lexemes may end at any complete match (`split`, cfg_lexer), every node below an accepting
+state is a crossing, alive or not, and at depth 0 every token may start the next lexeme.
 Crossing subtrees are walked the same way from the next lexer's start (an Expansion per
 (parent expansion, T, next lexer)), which finds nested crossings (`"},{"`). Only the parser steps
 depend on the stack; the matcher applies them (cfg.CfgGrammar.mask).
@@ -26,7 +28,7 @@ from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_lib
 @dataclass(eq=False)
 class Expansion:
     inside: np.ndarray                                  # uint32 [W]: tokens that stay inside
-    crossings: dict[int, np.ndarray]                    # terminal id -> trie nodes starting a lexeme
+    crossings: dict[int, np.ndarray]                    # accept id (Lexer.emits) -> trie nodes starting a lexeme
     dying_first: np.ndarray | None = None               # uint32 [W] (root level, accepting state)
     children: dict = field(default_factory=dict)        # (terminal id, lexer id) -> Expansion
 
@@ -35,6 +37,7 @@ class Expansion:
 class MaskStore:
     trie: TokenTrie
     vocab_size: int
+    split: bool = False
     _last_index: TokenIndex | None = field(default=None, repr=False)
 
     @property
@@ -47,9 +50,9 @@ class MaskStore:
 
     def root(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> Expansion:
         """The whole vocabulary read from `state` (one trie walk)."""
-        words, nodes, terms = self._index(dfa).crossings_walk(state, self.vocab_size, accept)
+        words, nodes, terms = self._index(dfa).crossings_walk(state, self.vocab_size, accept, self.split)
         exp = Expansion(words, _by_terminal(nodes, terms))
-        if accept[state] >= 0:
+        if accept[state] >= 0 and not self.split:
             exp.dying_first = self._first_bytes_union(dfa.trans[state, dfa.classes] == dfa.dead)
         return exp
 
@@ -77,7 +80,8 @@ class MaskStore:
         nodes walked level by level (numpy, where the native walk is missing)."""
         lib = mask_library()
         if lib is not None:
-            words, nodes, terms = self._index(dfa).subtrees_walk(lib, start, roots, self.vocab_size, accept)
+            words, nodes, terms = self._index(dfa).subtrees_walk(lib, start, roots, self.vocab_size, accept,
+                                                                 self.split)
             return Expansion(words, _by_terminal(nodes, terms))
         t = self.trie
         sizes = t.skip[roots] - roots
@@ -97,12 +101,12 @@ class MaskStore:
         alive = state != dfa.dead
         words = np.zeros(self.width, dtype=np.uint32)
         _set_bits(words, self._tokens_at(nodes[alive]))
-        dying = np.flatnonzero(~alive & (rel > 0))
-        prev = state[local_parent[dying]]
+        ends = np.flatnonzero((rel > 0) & (self.split | ~alive))
+        prev = state[local_parent[ends]]
         emitted = np.where(prev != dfa.dead, accept[prev], -1)
         keep = emitted >= 0
-        dying, emitted = nodes[dying[keep]].astype(np.int32), emitted[keep]
-        return Expansion(words, _by_terminal(dying, emitted))
+        ends, emitted = nodes[ends[keep]].astype(np.int32), emitted[keep]
+        return Expansion(words, _by_terminal(ends, emitted))
 
     def _tokens_at(self, nodes: np.ndarray) -> np.ndarray:
         """The token ids (below vocab_size) that end at `nodes`."""

@@ -39,12 +39,14 @@ class Terminal:
 @dataclass(frozen=True)
 class CfgSpec:
     """Terminals (index = terminal id), ignored terminal ids, and the LALR(1) table:
-    actions[state][symbol] for terminals and nonterminals (gotos are shifts on nonterminals)."""
+    actions[state][symbol] for terminals and nonterminals (gotos are shifts on nonterminals).
+    any_split: a lexeme may end at any complete match (grammar/cfg_lexer.py), else maximal munch."""
     terminals: tuple[Terminal, ...]
     ignore: frozenset[int]
     actions: tuple[dict[str, Action], ...]
     start_state: int
     end_state: int
+    any_split: bool = False
 
     @cached_property
     def terminal_ids(self) -> dict[str, int]:
@@ -84,7 +86,8 @@ def lark_to_spec(text: str) -> CfgSpec:
     return bnf_to_spec(rules, tuple(_terminal(t) for t in lark_terminals), tuple(str(n) for n in ignore))
 
 
-def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tuple[str, ...] = ()) -> CfgSpec:
+def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tuple[str, ...] = (),
+                any_split: bool = False) -> CfgSpec:
     """The CfgSpec of BNF rules (start rule `start`) over named terminals. Rules the start rule
     never reaches are dropped, and terminals that no rule left uses but for the ignored, as lark
     drops them."""
@@ -94,7 +97,7 @@ def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tupl
     terminals = tuple(t for t in terminals if t.name in used)
     names = {t.name: i for i, t in enumerate(terminals)}
     return CfgSpec(terminals, frozenset(names[n] for n in ignore), table.actions,
-                   table.start_state, table.end_state)
+                   table.start_state, table.end_state, any_split)
 
 
 def _reachable(rules: list[Rule], start: str) -> list[Rule]:

@@ -39,9 +39,9 @@ def mask_library() -> ctypes.CDLL | None:
     lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, p, i32, p, p, p]
+        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
-        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, p, p, p, i32, p, p, p]
+        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, i32, p, p, p, i32, p, p, p]
         lib.walk_token_subtrees.restype = ctypes.c_int64
         lib.find_loops.argtypes = [p, i32, i32, p, i32, i32, i32, p]
         lib.find_loops.restype = i32
@@ -341,32 +341,33 @@ class TokenIndex:
         np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
         return words, node_state
 
-    def crossings_walk(self, state: int, vocab_size: int,
-                       accept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One walk of the trie from a lexer state whose DFA states emit terminal accept[s] (-1:
-        none): (uint32 packed tokens that stay alive, int32 nodes below depth 1 where the
-        lexeme dies right after an accepting state, int32 the terminal emitted there), nodes
-        ascending."""
+    def crossings_walk(self, state: int, vocab_size: int, accept: np.ndarray,
+                       split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One walk of the trie from a lexer state whose DFA states emit accept[s] (-1: none):
+        (uint32 packed tokens that stay alive, int32 nodes below depth 1 where the lexeme dies
+        right after an accepting state, int32 accept[] there), nodes ascending. With `split`
+        (lexemes may end at any complete match), every node below depth 1 whose parent accepts."""
         lib = mask_library()
         if lib is None:
             words, node_state = self.walk(state, vocab_size)
             t, dead = self.trie, self.dfa.dead
-            nodes = np.flatnonzero((node_state == dead) & (t.depth > 1))
-            parent_state = node_state[t.parent[nodes]]
+            below = t.depth > 1
+            parent_state = np.where(below, node_state[t.parent], dead)
             terms = np.where(parent_state != dead, accept[parent_state], -1)
-            keep = terms >= 0
-            return words, nodes[keep].astype(np.int32), terms[keep].astype(np.int32)
+            keep = (terms >= 0) & (split | (node_state == dead))
+            nodes = np.flatnonzero(keep)
+            return words, nodes.astype(np.int32), terms[keep].astype(np.int32)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         nodes = np.empty(len(self.trie.byte), dtype=np.int32)
         terms = np.empty(len(self.trie.byte), dtype=np.int32)
         count = np.zeros(1, dtype=np.int64)
         self._walk_native(lib, state, vocab_size, words, None,
-                          (np.ascontiguousarray(accept, dtype=np.int32), nodes, terms, count))
+                          (np.ascontiguousarray(accept, dtype=np.int32), split, nodes, terms, count))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
 
     def subtrees_walk(self, lib: ctypes.CDLL, state: int, roots: np.ndarray, vocab_size: int,
-                      accept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      accept: np.ndarray, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
         t = self.trie
@@ -381,7 +382,7 @@ class TokenIndex:
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args()
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
-            state, vocab_size, _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)),
+            state, vocab_size, _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)), split,
             _ptr(nodes), _ptr(terms), _ptr(count), len(loop_states), *map(_ptr, loop_arrays), _ptr(stack))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
@@ -416,9 +417,10 @@ class TokenIndex:
 
     def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
                      node_state: np.ndarray | None, crossings: tuple | None = None) -> int:
-        """crossings: (accept, nodes out, terminals out, count out), see crossings_walk."""
+        """crossings: (accept, split, nodes out, terminals out, count out), see crossings_walk."""
         stack = np.empty(self.trie.max_depth + 1, dtype=np.int32)
-        cross = [None] * 4 if crossings is None else [_ptr(a) for a in crossings]
+        cross = [None, 0, None, None, None] if crossings is None else \
+            [a if isinstance(a, bool) else _ptr(a) for a in crossings]
         loop_states, pures = self.loops(state) if node_state is None else ([], [])
         loop_arrays = _loop_arrays(loop_states, pures)
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args()

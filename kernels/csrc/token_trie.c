@@ -9,17 +9,19 @@
    node_state when it is not NULL. When accept is not NULL (a context-free grammar's lexer,
    grammar/cfg_masks.py: accept[s] is the terminal state s emits, or -1), also records each node
    below the range's first level where the lexeme dies right after an accepting state, appended
-   as cross_nodes[*n_cross] / cross_terms[*n_cross] in preorder. A node reached in loop_states[l]
+   as cross_nodes[*n_cross] / cross_terms[*n_cross] in preorder; with `split` (lexemes may end at
+   any complete match, grammar/cfg_lexer.py), every node below an accepting state, alive or not. A node reached in loop_states[l]
    whose descendants all read bytes that lead back to that state (pures[l][node], see
    grammar/token_index.py) has its whole subtree allowed without a walk: a string's interior is
-   most of the vocabulary (n_loops is 0 when node_state is wanted). Returns how many bits it set. */
+   most of the vocabulary (n_loops is 0 when node_state is wanted; with `split`, an accepting loop
+   state is walked node by node, each one a crossing). Returns how many bits it set. */
 static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
                           const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                           int32_t begin, int32_t end, const int32_t *tok_ptr, const int32_t *tok_ids,
                           int32_t state, int32_t vocab_size, uint32_t *words, int32_t *node_state,
-                          const int32_t *accept, int32_t *cross_nodes, int32_t *cross_terms,
-                          int64_t *n_cross, int32_t n_loops, const int32_t *loop_states,
-                          const uint8_t *const *pures, int32_t *stack) {
+                          const int32_t *accept, int32_t split, int32_t *cross_nodes,
+                          int32_t *cross_terms, int64_t *n_cross, int32_t n_loops,
+                          const int32_t *loop_states, const uint8_t *const *pures, int32_t *stack) {
     int64_t count = 0;
     int32_t base = depth[begin];
     stack[base - 1] = state;
@@ -27,20 +29,20 @@ static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
     while (i < end) {
         int32_t d = depth[i];
         int32_t s = trans[(int64_t)stack[d - 1] * n_classes + node_class[i]];
+        int32_t term = accept && d > base ? accept[stack[d - 1]] : -1;
+        if (term >= 0 && (split || s == dead)) {
+            cross_nodes[*n_cross] = i;
+            cross_terms[*n_cross] = term;
+            (*n_cross)++;
+        }
         if (s == dead) {
-            int32_t term = accept && d > base ? accept[stack[d - 1]] : -1;
-            if (term >= 0) {
-                cross_nodes[*n_cross] = i;
-                cross_terms[*n_cross] = term;
-                (*n_cross)++;
-            }
             i = skip[i];
             continue;
         }
         int32_t last = i + 1;
         for (int32_t l = 0; l < n_loops; l++) {
             if (s == loop_states[l]) {
-                if (pures[l][i]) last = skip[i];
+                if (pures[l][i] && !(split && accept[s] >= 0)) last = skip[i];
                 break;
             }
         }
@@ -64,13 +66,13 @@ int64_t walk_token_trie(const int32_t *trans, int32_t n_classes, int32_t dead,
                         const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                         int32_t n_nodes, const int32_t *tok_ptr, const int32_t *tok_ids,
                         int32_t state, int32_t vocab_size, uint32_t *words,
-                        int32_t *node_state, const int32_t *accept, int32_t *cross_nodes,
-                        int32_t *cross_terms, int64_t *n_cross, int32_t n_loops,
+                        int32_t *node_state, const int32_t *accept, int32_t split,
+                        int32_t *cross_nodes, int32_t *cross_terms, int64_t *n_cross, int32_t n_loops,
                         const int32_t *loop_states, const uint8_t *const *pures, int32_t *stack) {
     int64_t n = 0;
     int64_t count = n_nodes ? walk_range(trans, n_classes, dead, node_class, depth, skip, 0, n_nodes,
                                          tok_ptr, tok_ids, state, vocab_size, words, node_state,
-                                         accept, cross_nodes, cross_terms, &n,
+                                         accept, split, cross_nodes, cross_terms, &n,
                                          node_state ? 0 : n_loops, loop_states, pures, stack) : 0;
     if (n_cross) *n_cross = n;
     return count;
@@ -82,13 +84,13 @@ int64_t walk_token_subtrees(const int32_t *trans, int32_t n_classes, int32_t dea
                             const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                             const int32_t *roots, int32_t n_roots, const int32_t *tok_ptr,
                             const int32_t *tok_ids, int32_t state, int32_t vocab_size, uint32_t *words,
-                            const int32_t *accept, int32_t *cross_nodes, int32_t *cross_terms,
-                            int64_t *n_cross, int32_t n_loops, const int32_t *loop_states,
-                            const uint8_t *const *pures, int32_t *stack) {
+                            const int32_t *accept, int32_t split, int32_t *cross_nodes,
+                            int32_t *cross_terms, int64_t *n_cross, int32_t n_loops,
+                            const int32_t *loop_states, const uint8_t *const *pures, int32_t *stack) {
     int64_t count = 0, n = 0;
     for (int32_t r = 0; r < n_roots; r++)
         count += walk_range(trans, n_classes, dead, node_class, depth, skip, roots[r], skip[roots[r]],
-                            tok_ptr, tok_ids, state, vocab_size, words, NULL, accept, cross_nodes,
+                            tok_ptr, tok_ids, state, vocab_size, words, NULL, accept, split, cross_nodes,
                             cross_terms, &n, n_loops, loop_states, pures, stack);
     *n_cross = n;
     return count;

@@ -17,7 +17,7 @@ from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
 from gdserve.sampling_params import GuidedDecodingParams
-from tests.grammar.walk import (accepts_all, is_json, random_split, single_byte_ids, token_ids_by_bytes,
+from tests.grammar.walk import (accepts_all, allowed_ids, is_json, random_split, single_byte_ids, token_ids_by_bytes,
                                tokenized_mutants)
 from tests.helpers import chat_ids
 
@@ -53,6 +53,12 @@ SCHEMAS = {
     "with_any_value": {"type": "object", "properties": {
         "meta": {}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
         "required": ["meta", "child"], "additionalProperties": False},
+    # keys sharing a prefix: a terminal ends inside `"con` in one branch and goes on in another
+    "shared_key_prefix": {"type": "object", "additionalProperties": False, "properties": {
+        "a": {"type": "string"}, "conditions": {"type": "string"},
+        "contributors": {"type": "array", "items": {"type": "object"}},
+        "tree": {"$ref": "#/$defs/n"}},
+        "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}},
 }
 _COMPILED: dict = {}
 
@@ -120,6 +126,38 @@ def test_budgeted_random_walks_end_valid(smollm2_tokenizer, name):
             ids.append(token)
         assert m.is_terminated(), name
         jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), SCHEMAS[name])
+
+
+def test_a_lexeme_ends_wherever_the_rest_parses(smollm2_tokenizer):
+    """Maximal munch would read `, "con` as the start of the "conditions" member's terminal and
+    reject "contributors" once that terminal dies; the matcher follows every split."""
+    g = grammar_of(smollm2_tokenizer, "shared_key_prefix")
+    valid = [{"a": "x", "contributors": [{"k": 1}]}, {"a": "x", "conditions": "c", "tree": [[]]},
+             {"contributors": [], "tree": [[], [[]]]}, {"a": "", "contributors": [{}], "tree": []}]
+    for instance in valid:
+        for text in (json.dumps(instance), json.dumps(instance, indent=2)):
+            ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+            assert accepts_all(g, ids), text
+    for text in ('{"a": "x", "con": 1}', '{"a": "x", "contributors": {}}', '{"conditions": [], "tree": []}',
+                 '{"a": 1}', '{"contributors": [], "a": "x", "b": 1}'):
+        assert not accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)), text
+
+
+def test_masks_without_the_native_walk_agree(smollm2_tokenizer, monkeypatch):
+    """cfg_masks' numpy walk (no C compiler) allows the same tokens, splits included."""
+    text = json.dumps({"a": "x", "contributors": [{"k": 1, "l": [2.5]}], "tree": [[]]}, indent=2)
+    ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+
+    def masks() -> list[set[int]]:
+        m, out = compile_grammar("json", SCHEMAS["shared_key_prefix"], smollm2_tokenizer).matcher(), []
+        for t in ids:
+            out.append(allowed_ids(m))
+            assert m.accept_token(t)
+        return out
+    native = masks()
+    for module in ("token_index", "cfg_masks"):
+        monkeypatch.setattr(f"gdserve.grammar.{module}.mask_library", lambda: None)
+    assert masks() == native
 
 
 def test_json_object_is_any_object_at_any_depth(smollm2_tokenizer):

@@ -84,24 +84,30 @@ def test_native_and_numpy_walks_agree(smollm2_tokenizer, monkeypatch):
         assert np.array_equal(nexts[s], index.next_states(s))
 
 
-def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch, split):
     """The grammar path's walk from each lexer state: the same tokens inside, and the same nodes
-    where a lexeme ends and the next begins, with their terminals."""
+    where a lexeme ends and the next begins, with their terminals (split: at every node below an
+    accepting state, which are more)."""
     if mask_library() is None:
         pytest.skip("no C compiler")
     grammar = compile_grammar("json_object", None, smollm2_tokenizer)
     dfa, accept = grammar.lexer.arrays()
     index = TokenIndex(dfa, grammar.trie)
     states = range(dfa.dead)
-    native = [index.crossings_walk(s, grammar.vocab_size, accept) for s in states]
-    assert sum(len(nodes) for _, nodes, _ in native) > 0
+    native = [index.crossings_walk(s, grammar.vocab_size, accept, split) for s in states]
+    crossings = sum(len(nodes) for _, nodes, _ in native)
+    assert crossings > 0
+    if split:
+        assert crossings > sum(len(index.crossings_walk(s, grammar.vocab_size, accept)[1]) for s in states)
     monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
     for s, expected in zip(states, native):
-        for ours, theirs in zip(expected, index.crossings_walk(s, grammar.vocab_size, accept)):
+        for ours, theirs in zip(expected, index.crossings_walk(s, grammar.vocab_size, accept, split)):
             assert np.array_equal(ours, theirs)
 
 
-def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, monkeypatch, split):
     """In a state that loops on many bytes (a string's interior; an undeclared key's rest, two
     bytes past an open object's `{"`), a trie subtree whose bytes all loop is taken whole: the
     same tokens and crossings as the walk node by node."""
@@ -121,14 +127,15 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
     assert any(loops[0] == s for s, loops in looping.items())
     assert any(s not in loops for s, loops in looping.items())
     roots = np.flatnonzero(grammar.trie.depth == 1)[::7]
-    walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept),
-                 index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept)) for s in looping}
+    walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept, split),
+                 index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split))
+             for s in looping}
     monkeypatch.setattr("gdserve.grammar.token_index.MIN_LOOP_BYTES", 10**9)
     index = TokenIndex(dfa, grammar.trie)
     for s, (whole, subtrees) in walks.items():
         assert not index.loops(s)[0]
-        for ours, theirs in zip(whole + subtrees, index.crossings_walk(s, grammar.vocab_size, accept)
-                                + index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept)):
+        for ours, theirs in zip(whole + subtrees, index.crossings_walk(s, grammar.vocab_size, accept, split)
+                                + index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split)):
             assert np.array_equal(ours, theirs)
 
 
