@@ -223,7 +223,10 @@ class CfgGrammar:
         return mask
 
     def _build_mask(self, states: CfgStates) -> CfgMask:
-        words = np.bitwise_or.reduce([self.words(c) for c in states])
+        configs = iter(states)
+        words = self.words(next(configs)).copy()
+        for config in configs:
+            words |= self.words(config)
         accepting = self.accepts_eos(states)
         only_eos = accepting and not words.any()
         if accepting:
