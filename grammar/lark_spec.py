@@ -90,14 +90,41 @@ def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tupl
                 any_split: bool = False) -> CfgSpec:
     """The CfgSpec of BNF rules (start rule `start`) over named terminals. Rules the start rule
     never reaches are dropped, and terminals that no rule left uses but for the ignored, as lark
-    drops them."""
-    rules = _reachable(rules, "start")
+    drops them. Equivalent rules are merged first (_merge_equivalent)."""
+    rules = _merge_equivalent(_reachable(rules, "start"))
     table = lalr_table(rules, {t.name for t in terminals})
     used = {s for r in rules for s in r.expansion} | set(ignore)
     terminals = tuple(t for t in terminals if t.name in used)
     names = {t.name: i for i, t in enumerate(terminals)}
     return CfgSpec(terminals, frozenset(names[n] for n in ignore), table.actions,
                    table.start_state, table.end_state, any_split)
+
+
+def _merge_equivalent(rules: list[Rule]) -> list[Rule]:
+    """One rule for each class of rules whose alternatives are the same once equivalent rules share
+    a name (Moore's partition refinement): the same language, without the reduce/reduce conflicts
+    between copies (two anyOf branches whose $ref cycles compile alike, helper rules for equal
+    parts). `start` keeps its name."""
+    by_origin: dict[str, list[Rule]] = {}
+    for r in rules:
+        by_origin.setdefault(r.origin, []).append(r)
+    cls = dict.fromkeys(by_origin, 0)
+    while True:
+        def signature(name: str) -> tuple:
+            return cls[name], tuple(sorted(
+                (r.priority, tuple((0, str(cls[s])) if s in cls else (1, s) for s in r.expansion))
+                for r in by_origin[name]))
+        ids: dict[tuple, int] = {}
+        refined = {name: ids.setdefault(signature(name), len(ids)) for name in by_origin}
+        if len(ids) == len(set(cls.values())):
+            break
+        cls = refined
+    first = {cls["start"]: "start"} if "start" in cls else {}
+    for name in by_origin:
+        first.setdefault(cls[name], name)
+    rename = {name: first[cls[name]] for name in by_origin}
+    return list(dict.fromkeys(Rule(r.origin, tuple(rename.get(s, s) for s in r.expansion), r.priority)
+                              for r in rules if rename[r.origin] == r.origin))
 
 
 def _reachable(rules: list[Rule], start: str) -> list[Rule]:

@@ -170,7 +170,7 @@ def test_builtin_by_name_and_errors(smollm2_tokenizer):
     with pytest.raises(GrammarError, match="line 2"):
         compile_grammar("grammar", 'start: "a"\nb: : "c"', smollm2_tokenizer)
     with pytest.raises(GrammarError, match="Reduce/Reduce|Shift/Reduce"):
-        compile_grammar("grammar", 'start: a | b\na: "x"\nb: "x"', smollm2_tokenizer)
+        compile_grammar("grammar", 'start: a | b\na: "x" c\nb: "x" d\nc: "y"\nd: "y" | "y" "y"', smollm2_tokenizer)
     with pytest.raises(GrammarError, match="lookaround"):
         compile_grammar("grammar", 'start: A\nA: /a(?=b)/', smollm2_tokenizer)
 

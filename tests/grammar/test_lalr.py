@@ -94,6 +94,22 @@ def test_reduce_reduce_conflicts_refused_unless_priority_decides():
     assert after_x["$END"] == (False, ("a", 1))
 
 
+def test_equivalent_rules_are_merged_before_the_table():
+    """Copies of a rule (also mutually recursive ones) are one rule: no reduce/reduce conflict;
+    rules that differ still collide."""
+    for text in ('start: a | b\na: "x"\nb: "x"',
+                 'start: a | b\na: "(" a ")" | "x"\nb: "(" b ")" | "x"'):
+        spec = lark_to_spec(text)
+        parser, names = LalrParser(spec), {t.regex: t.name for t in spec.terminals}
+        stack = parser.initial
+        for word in ["\\(", "\\(", "x", "\\)", "\\)"] if "(" in text else ["x"]:
+            stack = parser.feed(stack, names[word])
+            assert stack is not None, word
+        assert parser.accepts_end(stack)
+    with pytest.raises(GrammarError, match="Reduce/Reduce"):
+        lark_to_spec('start: a | b\na: "(" a ")" | "x"\nb: "(" b ")" | "y" | "x"')
+
+
 def test_undefined_symbols_and_missing_start_refused():
     with pytest.raises(GrammarError, match="'y' is used but not defined"):
         lalr_table([Rule("start", ("X", "y"))], {"X"})
