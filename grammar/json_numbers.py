@@ -15,7 +15,8 @@ hundred parts), never in the size of the range.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from math import gcd
 
 _HEX = "0123456789abcdef"
 
@@ -364,3 +365,130 @@ def decimal_range_regex(lo: Bound | None, hi: Bound | None, max_frac: int | None
         if not (hi is not None and hi.value == 0 and hi.exclusive):
             parts.extend(_pos_decimal(p_lo, hi, max_frac))
     return _alt(parts) if parts else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Multiples (multipleOf). step = P / 10^q. x >= 0 is a multiple iff N = x * 10^q is an integer
+# divisible by P: x has at most q fraction digits (past them only zeros), and, with P dividing
+# 10^m, N's last M = max(m, q) digits decide. So a multiple's integer part is L * 10^(M - q) plus
+# the first M - q digits of one of the 10^M / P allowed suffixes, whose last q digits are the
+# fraction: any L in a range (int_range_regex) followed by a suffix. Near the range's ends, where
+# L is cut, the values are written out one by one.
+
+MULTIPLES_MAX = 1000  # values or suffixes written out, at most
+
+
+def int_bounds(lo: Bound | None, hi: Bound | None) -> tuple[int | None, int | None]:
+    """The least and greatest integers within the bounds (None: unbounded)."""
+    a = b = None
+    if lo is not None:
+        a = int(lo.value.to_integral_value(ROUND_FLOOR)) + 1 if lo.exclusive else int(lo.value.to_integral_value(ROUND_CEILING))
+    if hi is not None:
+        b = int(hi.value.to_integral_value(ROUND_CEILING)) - 1 if hi.exclusive else int(hi.value.to_integral_value(ROUND_FLOOR))
+    return a, b
+
+
+def multiples_regex(step: Decimal, lo: Bound | None, hi: Bound | None, integer: bool) -> str | None:
+    """JSON numbers without exponent in the range that are whole multiples of `step` (> 0); only
+    integers when `integer`. None if there is none; ValueError (the reason) where the regex would
+    need more than MULTIPLES_MAX parts: a step whose numerator has a prime factor other than 2 and
+    5 over a range of more than MULTIPLES_MAX multiples, or one of many digit suffixes (1024)."""
+    q = max(0, -step.normalize().as_tuple().exponent)
+    p = int(step.scaleb(q))
+    if integer:  # integer multiples of step: multiples of p / gcd(p, 10^q)
+        p, q = p // gcd(p, 10 ** q), 0
+    if p == 1 and integer:
+        return int_range_regex(*int_bounds(lo, hi))
+    if p == 1 and lo is None and hi is None:  # at most q fraction digits, then zeros
+        frac = f"(?:\\.[0-9]{{1,{q}}}0*)?"
+        nonzero = f"0\\.[0-9]{{0,{q - 1}}}[1-9]0*"
+        return f"(?:-(?:{nonzero}|[1-9][0-9]*{frac})|(?:0|[1-9][0-9]*){frac})"
+    step = Decimal(p).scaleb(-q)
+    if lo is not None and hi is not None:
+        if lo.value > hi.value or (lo.value == hi.value and (lo.exclusive or hi.exclusive)):
+            return None
+    parts = []
+    if lo is None or lo.value < 0:  # negatives: magnitudes in (0, -lo], at least -hi
+        y_lo = Bound(Decimal(0), True) if hi is None or hi.value >= 0 else Bound(-hi.value, hi.exclusive)
+        neg = _side(step, p, q, y_lo, None if lo is None else Bound(-lo.value, lo.exclusive), integer)
+        if neg:
+            parts.append("-" + _alt(neg))
+    if hi is None or hi.value >= 0:
+        p_lo = lo if lo is not None and lo.value >= 0 else Bound(Decimal(0))
+        parts.extend(_side(step, p, q, p_lo, hi, integer))
+    return _alt(parts) if parts else None
+
+
+def _side(step: Decimal, p: int, q: int, lo: Bound, hi: Bound | None, integer: bool) -> list[str]:
+    """Alternatives for the multiples x >= 0 with lo <(=) x <(=) hi."""
+    if hi is not None and _count(step, lo, hi) <= MULTIPLES_MAX:
+        return _values(step, lo, hi, integer)
+    m = _suffix_digits(p, q)
+    unit = Decimal(10) ** (m - q)  # x // unit is L
+    first = int(lo.value // unit) + 1
+    head = _values(step, lo, Bound(first * unit, True), integer)
+    if hi is None:
+        return head + _periodic(p, q, m, first, None, integer)
+    last = int(hi.value // unit)
+    return head + _periodic(p, q, m, first, last - 1, integer) + _values(step, Bound(last * unit), hi, integer)
+
+
+def _range_of(step: Decimal, lo: Bound, hi: Bound) -> tuple[int, int]:
+    first = (lo.value / step).to_integral_value(ROUND_CEILING)
+    if lo.exclusive and first * step == lo.value:
+        first += 1
+    last = (hi.value / step).to_integral_value(ROUND_FLOOR)
+    if hi.exclusive and last * step == hi.value:
+        last -= 1
+    return int(first), int(last)
+
+
+def _count(step: Decimal, lo: Bound, hi: Bound) -> int:
+    first, last = _range_of(step, lo, hi)
+    return max(0, last - first + 1)
+
+
+def _values(step: Decimal, lo: Bound, hi: Bound, integer: bool) -> list[str]:
+    first, last = _range_of(step, lo, hi)
+    out = []
+    for k in range(first, last + 1):
+        whole, frac = _split(k * step)
+        out.append(str(whole) + _frac_tail(frac, integer))
+    return out
+
+
+def _frac_tail(frac: str, integer: bool) -> str:
+    """The fraction after an integer part: its digits (then any zeros), or none or zeros only."""
+    if frac:
+        return f"\\.{frac}0*"
+    return "" if integer else "(?:\\.0+)?"
+
+
+def _suffix_digits(p: int, q: int) -> int:
+    """M: the fewest digits, at least q, whose value mod p a number's last M digits decide."""
+    m, rest = 0, p
+    for f in (2, 5):
+        k = 0
+        while rest % f == 0:
+            rest, k = rest // f, k + 1
+        m = max(m, k)
+    if rest != 1:
+        raise ValueError(f"more than {MULTIPLES_MAX} multiples of {Decimal(p).scaleb(-q)} in the range, and its "
+                         "numerator has a prime factor other than 2 and 5 (only such steps are "
+                         "written by their last digits)")
+    if 10 ** max(m, q) // p > MULTIPLES_MAX:
+        raise ValueError(f"{10 ** max(m, q) // p} digit suffixes (at most {MULTIPLES_MAX})")
+    return max(m, q)
+
+
+def _periodic(p: int, q: int, m: int, first: int, last: int | None, integer: bool) -> list[str]:
+    """Multiples whose integer part is L * 10^(m - q) plus a suffix's digits, first <= L <= last."""
+    lead = int_range_regex(first, last)
+    if lead is None:
+        return []
+    by_frac: dict[str, list[str]] = {}
+    for n in range(0, 10 ** m, p):
+        s = str(n).zfill(m)
+        by_frac.setdefault(s[m - q:].rstrip("0"), []).append(s[:m - q])
+    return [lead + (_alt(ints) if ints != [""] else "") + _frac_tail(frac, integer)
+            for frac, ints in by_frac.items()]

@@ -24,6 +24,9 @@ accepts (`jsonschema`, formats checked). Completeness is best effort; left out o
   are written without an exponent; next to an exclusive bound (or an integer bound beyond 2^53)
   the fraction has at most 14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float
   parse can never round onto the bound. Unbounded numbers take the full JSON syntax.
+  multipleOf (the least common multiple of all that apply): exact, without an exponent
+  (json_numbers.multiples_regex), where its regex stays small (a step whose numerator has only
+  the prime factors 2 and 5, or at most 1000 multiples in the range); otherwise unsupported.
 - Strings: see json_strings (escapes) and json_patterns (patterns: the intersection of ECMA-262 and
   Python `re` semantics). Formats: see json_formats.
 - Unconstrained values (`{}`, `true`, untyped required names) match any JSON value nested at most
@@ -71,7 +74,7 @@ oneOf (distributed over their siblings), not and if/then/else (see above), $ref 
 pointers with ~0 ~1 and %-escapes, definitions, $anchor, the root $id, embedded resources' $id;
 siblings merged). Any keyword beside an enum/const that evaluates every value.
 Annotations (title, description, default, examples, $comment, readOnly, ...) and unknown keywords
-are ignored. Unsupported keywords (multipleOf, contains, unevaluated*, $dynamicRef, JSON Schema
+are ignored. Unsupported keywords (multipleOf with a large regex, contains, unevaluated*, $dynamicRef, JSON Schema
 formats without a pattern, negations without a positive form, ...) raise GrammarError
 "unsupported keyword 'k' at /pointer"; with lenient=True they are dropped and listed in `relaxed`
 ("k at /pointer"). Remote refs raise GrammarError in both modes; recursive schemas raise
@@ -87,11 +90,12 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import Decimal
+from math import lcm
 
 from gdserve.grammar.errors import GrammarError, RegexTooLargeError, UnsatisfiableSchemaError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
-from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_range_regex
+from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_bounds, int_range_regex, multiples_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
@@ -577,17 +581,12 @@ class _Compiler(Normalizer):
 
     def _number(self, n: _Node, types: set) -> str | None:
         is_num = "fraction" in types
+        if n.multiple_of:
+            return self._multiples(n, types)
         if n.lo is None and n.hi is None:
             return _NUMBER if is_num else _INTEGER
         if not is_num:
-            lo = hi = None
-            if n.lo is not None:
-                v = n.lo.value
-                lo = int(v.to_integral_value(ROUND_FLOOR)) + 1 if n.lo.exclusive else int(v.to_integral_value(ROUND_CEILING))
-            if n.hi is not None:
-                v = n.hi.value
-                hi = int(v.to_integral_value(ROUND_CEILING)) - 1 if n.hi.exclusive else int(v.to_integral_value(ROUND_FLOOR))
-            return int_range_regex(lo, hi)
+            return int_range_regex(*int_bounds(n.lo, n.hi))
         cap = None
         for b, src in ((n.lo, n.lo_src), (n.hi, n.hi_src)):
             if b is None:
@@ -602,6 +601,22 @@ class _Compiler(Normalizer):
                 continue
             cap = f if cap is None else min(cap, f)
         return decimal_range_regex(n.lo, n.hi, cap)
+
+    def _multiples(self, n: _Node, types: set) -> str | None:
+        """multipleOf (every step: their least common multiple), exact or unsupported."""
+        ptr = n.multiple_of[0][1]
+        if "integer" not in types:
+            self.unsupported("multipleOf", ptr, "on non-integral numbers only")
+            return self._number(replace(n, multiple_of=[]), types)
+        q = max(max(0, -step.normalize().as_tuple().exponent) for step, _ in n.multiple_of)
+        p = 1
+        for step, _ in n.multiple_of:
+            p = lcm(p, int(step.scaleb(q)))
+        try:
+            return multiples_regex(Decimal(p).scaleb(-q), n.lo, n.hi, "fraction" not in types)
+        except ValueError as e:
+            self.unsupported("multipleOf", ptr, str(e))
+            return self._number(replace(n, multiple_of=[]), types)
 
     # ---- strings
 

@@ -9,6 +9,7 @@ the $ref cycle check on the path, not by walking the document).
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -21,7 +22,7 @@ _TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")
 _TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "array": {"array"},
                "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
 
-_UNSUPPORTED = {"multipleOf", "not", "dependentRequired", "dependentSchemas",
+_UNSUPPORTED = {"not", "dependentRequired", "dependentSchemas",
                 "dependencies", "unevaluatedItems", "unevaluatedProperties",
                 "$dynamicRef", "$recursiveRef"}
 _DEPENDENCIES = ("dependentRequired", "dependentSchemas", "dependencies")
@@ -87,6 +88,7 @@ class _Node:
     max_items: int | None = None
     unique: str | None = None  # pointer of uniqueItems: true
     contains: list = field(default_factory=list)  # (contains sub, minContains, maxContains or None)
+    multiple_of: list = field(default_factory=list)  # (Decimal step > 0, ptr)
     forbidden: set = field(default_factory=set)  # property names that must be absent
     excluded: list = field(default_factory=list)  # values the instance must not equal
     from_allof: bool = False
@@ -491,6 +493,8 @@ class Normalizer:
             for kw in s:
                 if kw == "multipleOf" and _is_one(s[kw]):  # integral numbers: integer
                     n.types = (set(_TYPES) if n.types is None else n.types) - {"fraction"}
+                elif kw == "multipleOf":
+                    n.multiple_of.append((_positive_number(s[kw], f"{p}/multipleOf"), p))
                 elif kw in _UNSUPPORTED and kw not in sub.skip:
                     self._keyword(kw, p)
             if "if" in s and ("then" in s or "else" in s) and "if" not in sub.skip:
@@ -755,6 +759,12 @@ class Normalizer:
                     if self._disjoint(self._peek(a.props[k]), self._peek(b.props[k]), depth - 1):
                         return True
         return False
+
+
+def _positive_number(v, ptr: str) -> Decimal:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        raise GrammarError(f"{ptr} must be a number greater than 0, got {json.dumps(v)}")
+    return Decimal(str(v))
 
 
 def _is_one(v) -> bool:

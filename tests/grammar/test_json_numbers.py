@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gdserve.grammar.json_numbers import Bound, decimal_range_regex, digit_range, int_range_regex
+from gdserve.grammar.json_numbers import Bound, decimal_range_regex, digit_range, int_range_regex, multiples_regex
 
 WINDOW = range(-1200, 1201)
 ENDS = [None, -1200, -1000, -999, -100, -99, -57, -10, -9, -1, 0, 1, 7, 9, 10, 11, 18, 19, 99, 100,
@@ -132,3 +132,49 @@ def test_decimal_fraction_cap():
     assert c.fullmatch("0.999") and c.fullmatch("0.001")
     assert not c.fullmatch("0.9999") and not c.fullmatch("0.0001") and not c.fullmatch("0")
     assert not c.fullmatch("0.000")
+
+
+def _number_texts() -> list[str]:
+    """Integers in a window and beyond, each with and without fractions of up to three digits
+    (trailing zeros included), and both signs."""
+    rng = random.Random(5)
+    out = []
+    for whole in list(range(0, 130)) + rng.sample(range(130, 40000), 300):
+        out.append(str(whole))
+        for frac in ("0", "00", "5", "50", "25", "250", "75", "1", "125", "2", "04", "48", "001", "333"):
+            out.append(f"{whole}.{frac}")
+    return out + ["-" + t for t in out]
+
+
+MULTIPLE_CASES = [  # step, lo, hi, integer
+    ("16", -2032, 2031, True), ("16", None, None, True), ("16", 0, None, True), ("0.25", 0, 100, False),
+    ("0.25", None, None, False), ("0.1", None, None, False), ("0.01", -5, None, False), ("2.5", 3, None, False),
+    ("2.5", None, 33000, False), ("0.125", 1, 20000, False), ("5", None, None, False), ("0.5", None, None, True),
+    ("7", -700, 5000, True), ("1.5", 0, 300, False), ("20", 15, 30000, True), ("0.75", -150, -2, False), ("0.5", None, -2, False),
+]
+
+
+@pytest.mark.parametrize("step,lo,hi,integer", MULTIPLE_CASES)
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_multiples_match_exactly_the_multiples_in_range(step, lo, hi, integer, exclusive):
+    step = Decimal(step)
+    lo_b = None if lo is None else Bound(Decimal(lo), exclusive)
+    hi_b = None if hi is None else Bound(Decimal(hi), exclusive)
+    c = re.compile(multiples_regex(step, lo_b, hi_b, integer))
+    for text in _number_texts():
+        x = Decimal(text)
+        want = ((x / step) == (x / step).to_integral_value() and (not integer or "." not in text)
+                and not (text.startswith("-") and x == 0)  # never "-0" (json_numbers: a sound subset)
+                and (lo_b is None or x > lo_b.value or (x == lo_b.value and not exclusive))
+                and (hi_b is None or x < hi_b.value or (x == hi_b.value and not exclusive)))
+        assert bool(c.fullmatch(text)) == want, (text, step, lo, hi)
+
+
+def test_multiples_refused_where_the_regex_would_be_huge():
+    with pytest.raises(ValueError, match="prime factor other than 2 and 5"):
+        multiples_regex(Decimal(7), None, None, True)
+    with pytest.raises(ValueError, match="prime factor other than 2 and 5"):
+        multiples_regex(Decimal("1.5"), Bound(Decimal(0)), None, False)
+    with pytest.raises(ValueError, match="digit suffixes"):
+        multiples_regex(Decimal(1024), None, None, True)
+    assert multiples_regex(Decimal(2), Bound(Decimal(3)), Bound(Decimal(3)), True) is None

@@ -32,6 +32,33 @@ def assert_exact(schema, valid, invalid):
             assert not rx.fullmatch(s), s
 
 
+# ---- multipleOf
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    ({"type": "integer", "minimum": -2032, "maximum": 2031, "multipleOf": 16}, [-2032, 0, 16, 2016],
+     [-2048, 8, 2031, 2032, 1.5]),
+    ({"type": "number", "multipleOf": 0.25, "minimum": 0, "maximum": 100}, [0, 0.5, 99.75, 100, 3.0],
+     [-0.25, 0.1, 100.25, 7.3]),
+    ({"type": "number", "multipleOf": 0.01}, [0, -3.14, 12, 0.5, 1e6], [0.001, -3.141]),
+    ({"type": "integer", "multipleOf": 2.5}, [0, 5, -10, 12345670], [2, 7, 2.5]),
+    ({"type": "integer", "multipleOf": 25, "exclusiveMinimum": 30}, [50, 75, 100, 1000025], [25, 30, 60, 0]),
+    ({"allOf": [{"multipleOf": 4}, {"multipleOf": 10}], "type": "integer", "minimum": 0}, [0, 20, 140, 1000],
+     [4, 10, 30, -20]),
+    ({"type": "integer", "multipleOf": 3, "minimum": 1, "maximum": 999}, [3, 999, 501], [0, 1, 1000, 502]),
+    ({"type": ["number", "null"], "multipleOf": 0.5}, [None, 1.5, -2], [0.25, "1"]),
+])
+def test_multiple_of(schema, valid, invalid):
+    assert_exact(schema, valid, invalid)
+
+
+def test_multiple_of_refused_clearly():
+    with pytest.raises(GrammarError, match=r"unsupported multipleOf at / \(more than 1000 multiples of 1.5"):
+        schema_to_regex({"type": "number", "multipleOf": 1.5})
+    for bad in (0, -2, "2", True):
+        with pytest.raises(GrammarError, match="multipleOf must be a number greater than 0"):
+            schema_to_regex({"type": "integer", "multipleOf": bad})
+
+
 # ---- enum/const evaluated through every sibling keyword
 
 def test_enum_filtered_by_keywords_the_compiler_lacks():
