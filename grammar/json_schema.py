@@ -239,6 +239,25 @@ class _Rules:
     by_body: dict[str, str] = field(default_factory=dict)  # a large subschema's regex -> its rule
 
 
+def _presence_sets(names: list[str], kind: str, branches: tuple) -> set[frozenset]:
+    """The sets of member indices an object may close with: some branch (oneOf: exactly one)
+    has its required names among them and none of its absent ones."""
+    out = set()
+    for s in _subsets(frozenset(range(len(names)))):
+        keys = {names[j] for j in s}
+        hits = sum(1 for req, absent in branches if req <= keys and not absent & keys)
+        if hits == 1 or (hits > 1 and kind == "anyOf"):
+            out.add(s)
+    return out
+
+
+def _subsets(s: frozenset) -> list[frozenset]:
+    items, out = sorted(s), []
+    for mask in range(1 << len(items)):
+        out.append(frozenset(x for i, x in enumerate(items) if mask >> i & 1))
+    return out
+
+
 def _frac_digits(d: Decimal) -> int:
     exp = d.normalize().as_tuple().exponent
     return max(0, -exp)
@@ -367,6 +386,8 @@ class _Compiler(Normalizer):
         res = self.normalize(conj)
         if res is None:
             out = None
+        elif isinstance(res, _Alts) and (merged := self._presence_node(res)) is not None:
+            out = self.compile_node(merged)
         elif isinstance(res, _Alts):
             width *= len(res.conjs)
             if width > MAX_BRANCHES:
@@ -381,6 +402,31 @@ class _Compiler(Normalizer):
             out = self.compile_node(res)
         self.memo[key] = out
         return out
+
+    def _presence_node(self, res: _Alts) -> _Node | None:
+        """anyOf/oneOf whose branches are one open object that differ only in which declared
+        properties are required or absent (`"oneOf": [{"required": ["a"]}, {"required": ["b"]}]`
+        beside `properties`): one object whose member rules, which track the declared keys read,
+        close only where the branches allow (grammar path, open objects: _interleaved). As
+        separate objects the branches would share every prefix, which no LALR(1) grammar decides.
+        None where this does not apply."""
+        if self.rules is None or not self.open_objects:
+            return None
+        nodes = [self.normalize(c) for c in res.conjs]
+        if not all(isinstance(n, _Node) and n.types == {"object"} for n in nodes):
+            return None
+        first = nodes[0]
+        shape = replace(first, required=[], forbidden=set(), presence=None)
+        names = set(first.props)
+        if (shape.additional is not None or shape.pattern_props or shape.prop_names is not None
+                or shape.min_props or shape.max_props is not None or not names or len(names) > ORDERLESS_MAX):
+            return None
+        for n in nodes:
+            if (n.presence is not None or replace(n, required=[], forbidden=set(), ptr=first.ptr) != shape
+                    or not set(n.required) <= names or not n.forbidden <= names):
+                return None
+        branches = tuple((frozenset(n.required), frozenset(n.forbidden)) for n in nodes)
+        return replace(shape, presence=(res.kind, branches))
 
     def _one_of(self, res: _Alts, parts: list, width: int) -> list:
         """oneOf whose branches may overlap: made exclusive where the negations allow; else
@@ -778,13 +824,14 @@ class _Compiler(Normalizer):
                 return None
             return f"\\{{{self.wsb}\\}}"
         if interleave is not None:
-            return self._interleaved(*interleave, all_optional_nonempty, n.ptr)
+            return self._interleaved(*interleave, all_optional_nonempty, n.ptr, n.presence)
         body, empty_ok = _join(counted, sep)
         if empty_ok and not all_optional_nonempty:
             return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
         return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
 
-    def _interleaved(self, members: list[tuple[str, bool, str]], extra: str, nonempty: bool, ptr: str) -> str:
+    def _interleaved(self, members: list[tuple[str, bool, str]], extra: str, nonempty: bool, ptr: str,
+                     presence: tuple | None = None) -> str | None:
         """An object (grammar path) in JSON Schema's semantics: the declared members in any order
         (in schema order past ORDERLESS_MAX of them: narrowed), each at most once, with undeclared
         ones (`extra`, "key: value") before, between and after them. Right-linear rules keep it
@@ -792,7 +839,9 @@ class _Compiler(Normalizer):
         position), reads "," and then an undeclared member, staying in A_s, or a declared member
         j that s admits next, going on in A_{s+j}; A_s may stop once every required member is in
         s. Each choice is made by the key after the ",", and undeclared keys never spell a
-        declared name."""
+        declared name. With `presence` (merged anyOf/oneOf branches, _presence_node), A_s may
+        stop where some branch (oneOf: exactly one) has its required names in s and none of its
+        absent ones, and a member is read only if some such s can still be reached."""
         sep = f"{self.wsi},{self.wsb}"
         rules, n = self.rules, len(members)
         required = frozenset(j for j, (_, req, _) in enumerate(members) if req)
@@ -800,7 +849,21 @@ class _Compiler(Normalizer):
         # "," fused with an undeclared key would swallow the start of a declared one.
         declared = [self._rule(rx) for _, _, rx in members]
         extra = self._rule(extra)
-        if n <= ORDERLESS_MAX:
+        if presence is not None:
+            start = frozenset()
+            good = _presence_sets([name for name, _, _ in members], *presence)
+            viable = {s for g in good for s in _subsets(g)}
+            if start not in viable:
+                self.unsat.append(f"schema at {_show(ptr)} is unsatisfiable (no object has the keys "
+                                  f"its {presence[0]} branches require)")
+                return None
+
+            def nexts(s: frozenset) -> list[tuple[int, frozenset]]:
+                return [(j, s | {j}) for j in range(n) if j not in s and s | {j} in viable]
+
+            def can_stop(s: frozenset) -> bool:
+                return s in good
+        elif n <= ORDERLESS_MAX:
             start: frozenset | int = frozenset()
 
             def nexts(s: frozenset) -> list[tuple[int, frozenset]]:

@@ -90,6 +90,9 @@ class _Node:
     contains: list = field(default_factory=list)  # (contains sub, minContains, maxContains or None)
     multiple_of: list = field(default_factory=list)  # (Decimal step > 0, ptr)
     forbidden: set = field(default_factory=set)  # property names that must be absent
+    # anyOf/oneOf branches of this object that differ only in required / absent declared names:
+    # (kind, ((required, forbidden), ...)), decided by the keys read (json_schema._interleaved)
+    presence: tuple | None = None
     excluded: list = field(default_factory=list)  # values the instance must not equal
     from_allof: bool = False
 

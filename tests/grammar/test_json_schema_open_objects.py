@@ -2,6 +2,7 @@
 where additionalProperties is absent), before, between and after the declared members, on the
 grammar path; token by token on SmolLM2's vocabulary, accepted exactly when a validator accepts
 (declared members in schema order). The default closes such objects and reports it."""
+import itertools
 import json
 import random
 
@@ -107,6 +108,37 @@ def test_declared_members_in_any_order_up_to_the_limit(smollm2_tokenizer):
         assert accepts_all(g, ids) == accepted, instance
     assert any("declared properties in schema order" in a for a in g_large.report["approximated"])
     assert not any("schema order" in a for a in g_small.report["approximated"])
+
+
+AREA = {"type": "object", "required": ["shape"], "properties": {
+    "shape": {"enum": ["circle", "rectangle"]}, "radius": {"type": "number"}, "length": {"type": "number"},
+    "width": {"type": "number"}}}
+PRESENCE = {
+    "one_of_required": {**AREA, "oneOf": [{"required": ["radius"]}, {"required": ["length", "width"]}]},
+    "any_of_required": {**AREA, "anyOf": [{"required": ["radius"]}, {"required": ["length"]}]},
+    "dependent": {**AREA, "dependentRequired": {"length": ["width"]}, "oneOf": [
+        {"required": ["radius"], "not": {"required": ["width"]}}, {"required": ["width"]}]},
+}
+
+
+@pytest.mark.parametrize("name", PRESENCE)
+def test_branches_differing_in_required_keys_are_one_open_object(smollm2_tokenizer, name):
+    """anyOf/oneOf branches that only require (or exclude) declared keys: one object whose rules
+    track the keys read, exact in any key order with undeclared keys (no fallback to closed)."""
+    schema, rng = PRESENCE[name], random.Random(6)
+    g = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True)
+    assert g.kind == "json" and g.report["approximated"] == [], g.report
+    keys, values = ["shape", "radius", "length", "width", "extra"], {"shape": "circle", "extra": {"k": [1]}}
+    checked = {True: 0, False: 0}
+    for size in range(len(keys) + 1):
+        for combo in itertools.permutations(keys, size):
+            if rng.random() < 0.25:
+                instance = {k: values.get(k, 2) for k in combo}
+                valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+                ids = smollm2_tokenizer.encode(json.dumps(instance), add_special_tokens=False)
+                assert accepts_all(g, ids) == valid, instance
+                checked[valid] += 1
+    assert min(checked.values()) >= 10, checked
 
 
 def test_closed_objects_are_the_default_and_reported():
