@@ -4,8 +4,10 @@ A configuration = (LALR stack, lexer state): the parser after every emitted term
 lexeme read so far in the contextual lexer of that stack's acceptable terminals. A lexeme that is
 complete and cannot grow is emitted at once, so a configuration at a lexer's start is an empty
 lexeme. The matcher's state is the set of configurations the text so far can be in: always one
-under maximal munch; with the spec's `any_split` (cfg_lexer), a lexeme that could end where it is
-or go on is followed both ways, so the set holds every split of the text that parses.
+under maximal munch and resolved conflicts; with the spec's `exact`, a lexeme that could end
+where it is or go on is followed both ways (cfg_lexer) and so is each action of a parser
+conflict (cfg_parser), so the set holds every split and parse of the text (at most MAX_CONFIGS,
+the first by stack depth: past it a state keeps a subset, never admitting more).
 
 A configuration's mask is the stored `inside` words of its lexer state, ORed with the crossing
 tokens that the parser lets through (cfg_masks), cached per configuration (the stack is part of
@@ -31,6 +33,7 @@ from gdserve.kernels.bitmask import bitmask_width
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
 STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
+MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,10 @@ class CfgGrammar:
             start = self._starts[stack] = self.lexer.start(candidates)
         return start
 
-    def step(self, stack: Stack, terminal: int) -> Stack | None:
-        """The stack after an emitted terminal (ignored ones leave it as it is)."""
+    def step(self, stack: Stack, terminal: int) -> tuple[Stack, ...]:
+        """The stacks after an emitted terminal (ignored ones leave it as it is); none: refused."""
         if terminal in self.spec.ignore:
-            return stack
+            return (stack,)
         return self.parser.feed(stack, self.spec.terminals[terminal].name)
 
     def fresh(self, stack: Stack) -> CfgState:
@@ -116,12 +119,7 @@ class CfgGrammar:
 
     def emit(self, stack: Stack, lex: int) -> list[Stack]:
         """The stacks after emitting the lexeme in `lex` (one per terminal it may be)."""
-        out = []
-        for term in self.lexer.emits(lex):
-            after = self.step(stack, term)
-            if after is not None:
-                out.append(after)
-        return out
+        return [after for term in self.lexer.emits(lex) for after in self.step(stack, term)]
 
     def _settled(self, stack: Stack, lex: int) -> list[CfgState]:
         """A complete lexeme that cannot grow is emitted (no configuration if the parser refuses)."""
@@ -131,21 +129,21 @@ class CfgGrammar:
 
     def advance(self, states: CfgStates, data: bytes) -> CfgStates | None:
         """The state after reading `data`, or None if no configuration can read it."""
-        configs, lexer, split = {(c.stack, c.lex) for c in states}, self.lexer, self.spec.any_split
+        configs, lexer, exact = {(c.stack, c.lex) for c in states}, self.lexer, self.spec.exact
         for b in data:
             nxt = set()
             for stack, s in configs:
                 n = lexer.step(s, b)
                 if n >= 0:
                     nxt.add((stack, n))
-                if split or n < 0:
+                if exact or n < 0:
                     for after in self.emit(stack, s):
                         n = lexer.step(self.start_of(after), b)
                         if n >= 0:
                             nxt.add((after, n))
             if not nxt:
                 return None
-            configs = nxt
+            configs = nxt if len(nxt) <= MAX_CONFIGS else set(sorted(nxt, key=_config_order)[:MAX_CONFIGS])
         out = frozenset(c for stack, s in configs for c in self._settled(stack, s))
         return out or None
 
@@ -160,7 +158,7 @@ class CfgGrammar:
     # ---- masks --------------------------------------------------------------------------------
     @cached_property
     def store(self) -> MaskStore:
-        return MaskStore(self.trie, self.vocab_size, self.spec.any_split)
+        return MaskStore(self.trie, self.vocab_size, self.spec.exact)
 
     @cached_property
     def _roots(self) -> dict[int, Expansion]:
@@ -193,7 +191,7 @@ class CfgGrammar:
         exp = self.root(config.lex)
         words = exp.inside.copy()
         for after in self.emit(config.stack, config.lex):
-            if self.spec.any_split:
+            if self.spec.exact:
                 words |= self.words(self.fresh(after))
             else:
                 words |= self.words(self.fresh(after)) & exp.dying_first
@@ -203,16 +201,14 @@ class CfgGrammar:
     def _add_crossings(self, exp: Expansion, stack: Stack, words: np.ndarray) -> None:
         for accept_id, roots in exp.crossings.items():
             for term in self.lexer.emitted(accept_id):
-                after = self.step(stack, term)
-                if after is None:
-                    continue
-                start = self.start_of(after)
-                child = exp.children.get((term, start))
-                if child is None:
-                    child = exp.children[(term, start)] = self.store.subtrees(
-                        *self.lexer.arrays(), start, roots)
-                words |= child.inside
-                self._add_crossings(child, after, words)
+                for after in self.step(stack, term):
+                    start = self.start_of(after)
+                    child = exp.children.get((term, start))
+                    if child is None:
+                        child = exp.children[(term, start)] = self.store.subtrees(
+                            *self.lexer.arrays(), start, roots)
+                    words |= child.inside
+                    self._add_crossings(child, after, words)
 
     def state_mask(self, states: CfgStates) -> CfgMask:
         mask = self._masks.get(states)
@@ -287,6 +283,10 @@ class CfgGrammar:
         if not 0 <= token_id < min(self.vocab_size, t.size) or t.token_node[token_id] < 0:
             return None
         return t.token_bytes(token_id)
+
+
+def _config_order(config: tuple[Stack, int]) -> tuple:
+    return len(config[0]), config
 
 
 class CfgMatcher(StateWalk):

@@ -3,7 +3,7 @@ one product DFA over them that reads one lexeme, started per candidate set (the 
 parser can take next, plus the ignored ones).
 
 Lexing semantics (what the matcher enforces, and how it differs from lark). A spec with
-`any_split` (JSON Schema grammars, whose terminals are the writer's own cuts of one regex) lets a
+`exact` (JSON Schema grammars, whose terminals are the writer's own cuts of one regex) lets a
 lexeme end at any complete match of any candidate, ties included, so the language is every
 concatenation of terminals that parses: the matcher follows each way (cfg.CfgGrammar.advance).
 Otherwise (Lark and GBNF grammars, which their users lex with lark):
@@ -76,7 +76,7 @@ class Lexer:
     _multi: dict[tuple[int, ...], dict[bytes, int]] = field(default_factory=dict)
     _single_base: dict[int, int] = field(default_factory=dict)
     _joint_trans: dict[int, np.ndarray] = field(default_factory=dict)
-    _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # any_split: accept id >= K
+    _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: accept id >= K
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
 
     @cached_property
@@ -188,7 +188,7 @@ class Lexer:
             rows[ii, cc] = self._multi_ids(tuple(terms[js].tolist()), nexts[ii[:, None], js, cc[:, None]],
                                            frontier)
         accept = np.where(final.any(axis=1), terms[best], -1)
-        if self.spec.any_split:
+        if self.spec.exact:
             for i in np.flatnonzero(final.sum(axis=1) > 1).tolist():
                 accept[i] = self._tie_id(tuple(terms[final[i]].tolist()))
         self._table[ids] = np.where(rows >= 0, rows, self._dead)  # ids: not always consecutive
@@ -218,7 +218,7 @@ class Lexer:
         return {}
 
     def emitted(self, accept_id: int) -> tuple[int, ...]:
-        """The terminals an accept id stands for: none (-1), one, or (any_split) a tie."""
+        """The terminals an accept id stands for: none (-1), one, or (exact) a tie."""
         if accept_id < len(self.dfas):
             return () if accept_id < 0 else (accept_id,)
         if len(self._tie_sets) != len(self._ties):

@@ -1,55 +1,69 @@
 """The LALR(1) parser of a CfgSpec, run on immutable stacks (tuples of states) so a matcher can keep
 one per accepted token and a mask can be cached by the stack. Same moves as lark's
-ParserState.feed_token: reduce until the terminal shifts; `$END` reduces until the end state."""
+ParserState.feed_token: reduce until the terminal shifts; `$END` reduces until the end state.
+An exact spec's conflicts (lalr.py) are followed every way: a feed gives every stack it can
+reach (most often one, none on a syntax error)."""
 from dataclasses import dataclass, field
 
-from gdserve.grammar.lalr import END
+from gdserve.grammar.lalr import END, Action
 from gdserve.grammar.lark_spec import CfgSpec
 
 Stack = tuple[int, ...]
 MAX_CACHED = 200_000  # feeds cached per grammar before the cache starts over
+MAX_REDUCTIONS = 10_000  # reductions one feed may try (empty rules in a conflict could go on)
 
 
 @dataclass(eq=False)
 class LalrParser:
     spec: CfgSpec
-    _feeds: dict[tuple[Stack, str], Stack | None] = field(default_factory=dict, repr=False)
+    _feeds: dict[tuple[Stack, str], tuple[Stack, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def initial(self) -> Stack:
         return (self.spec.start_state,)
 
-    def feed(self, stack: Stack, terminal: str) -> Stack | None:
-        """The stack after shifting `terminal` (reductions first), or None: a syntax error."""
+    def feed(self, stack: Stack, terminal: str) -> tuple[Stack, ...]:
+        """The stacks after shifting `terminal` (reductions first); none: a syntax error."""
         key = (stack, terminal)
-        out = self._feeds.get(key, False)
-        if out is False:
+        out = self._feeds.get(key)
+        if out is None:
             if len(self._feeds) > MAX_CACHED:
                 self._feeds.clear()
             out = self._feeds[key] = self._feed(stack, terminal)
         return out
 
-    def _feed(self, stack: Stack, terminal: str) -> Stack | None:
-        actions = self.spec.actions
-        while True:
-            act = actions[stack[-1]].get(terminal)
-            if act is None:
-                return None
-            shift, arg = act
-            if shift:
-                return stack + (arg,)
-            origin, size = arg
-            if size:
-                stack = stack[:-size]
-            stack = stack + (actions[stack[-1]][origin][1],)
-            if terminal == END and stack[-1] == self.spec.end_state:
-                return stack
+    def _actions(self, state: int, terminal: str) -> tuple[Action, ...]:
+        both = self.spec.conflicts.get((state, terminal))
+        if both is not None:
+            return both
+        act = self.spec.actions[state].get(terminal)
+        return () if act is None else (act,)
+
+    def _feed(self, stack: Stack, terminal: str) -> tuple[Stack, ...]:
+        actions, out, todo, seen = self.spec.actions, {}, [stack], {stack}
+        for _ in range(MAX_REDUCTIONS):
+            if not todo:
+                break
+            stack = todo.pop()
+            for shift, arg in self._actions(stack[-1], terminal):
+                if shift:
+                    out[stack + (arg,)] = None
+                    continue
+                origin, size = arg
+                base = stack[:-size] if size else stack
+                nxt = base + (actions[base[-1]][origin][1],)
+                if terminal == END and nxt[-1] == self.spec.end_state:
+                    out[nxt] = None
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return tuple(out)
 
     def accepts_end(self, stack: Stack) -> bool:
-        return self.feed(stack, END) is not None
+        return bool(self.feed(stack, END))
 
     def acceptable(self, stack: Stack) -> frozenset[int]:
         """Terminal ids the parser can take next (each checked through its reductions)."""
         ids = self.spec.terminal_ids
         return frozenset(ids[name] for name in self.spec.actions[stack[-1]]
-                         if name in ids and self.feed(stack, name) is not None)
+                         if name in ids and self.feed(stack, name))

@@ -74,9 +74,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     except (RecursiveSchemaError, RegexTooLargeError) as no_regex:
         try:
             return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
-        except GrammarError as e:  # e.g. overlapping anyOf branches: an ambiguous (non-LALR) grammar
-            if open_objects:
-                return _closed_instead(kind, spec, vocab, vocab_size, whitespace_pattern, lenient, e)
+        except GrammarError as e:
             if isinstance(no_regex, RecursiveSchemaError):
                 raise
             raise GrammarError(f"{no_regex.message}; the grammar path failed too: {e.message}") from None
@@ -87,18 +85,6 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
     return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report)
-
-
-def _closed_instead(kind: str, spec: object, vocab: TokenVocabulary, vocab_size: int,
-                    whitespace_pattern: str | None, lenient: bool, error: GrammarError) -> Grammar | CfgGrammar:
-    """open_objects whose grammar is not LALR (undeclared members beside anyOf branches that
-    overlap): the schema with its objects closed, a subset, the narrowing reported."""
-    grammar = compile_with_vocabulary(kind, spec, vocab, whitespace_pattern=whitespace_pattern,
-                                      lenient=lenient, vocab_size=vocab_size)
-    if grammar.report is not None:
-        grammar.report["approximated"].append(f"at /: open_objects not applied, objects closed (its grammar "
-                                              f"is ambiguous: {error.message.splitlines()[0][:120]})")
-    return grammar
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,

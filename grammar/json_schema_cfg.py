@@ -37,10 +37,10 @@ class JsonSchemaGrammar:
     max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
 
     def spec(self) -> CfgSpec:
-        """Lexed with any_split: the terminals are cuts of one regex, so every split that parses
-        is text of the schema's language (maximal munch would refuse some)."""
+        """Exact: the terminals are cuts of one regex, so every split and every parse of a text
+        is the schema's (maximal munch and conflict resolution would refuse some)."""
         return bnf_to_spec(self.rules, tuple(Terminal(name, regex, TERMINAL_PRIORITY, False, False)
-                                             for name, regex in self.terminals.items()), any_split=True)
+                                             for name, regex in self.terminals.items()), exact=True)
 
     @property
     def lark(self) -> str:

@@ -4,13 +4,15 @@ lark's analyzer does the same on Python objects whose equality and hashing domin
 (about half of a schema grammar's compile); here items are ints (an index into the rules'
 concatenated expansions), a state's kernel a sorted tuple of them, and terminal sets are int
 bitsets. Conflicts are resolved as lark resolves them: shift over reduce, then the higher rule
-priority; two reductions of equal priority on one terminal are an error.
+priority; two reductions of equal priority on one terminal are an error. Or, for a grammar whose
+language must be exact (JSON Schema grammars), every action of a conflict is kept (`conflicts`)
+and the parser follows each (cfg_parser).
 
 The table's form is CfgSpec's: actions[state][symbol name] = (True, next state) for shifts and
 gotos, (False, (rule origin, rule length)) for reductions; `$END` is shifted into the end state.
 """
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gdserve.grammar.errors import GrammarError
 
@@ -32,12 +34,16 @@ class LalrTable:
     actions: tuple[dict[str, Action], ...]
     start_state: int
     end_state: int
+    # (state, terminal) -> every action there, where there is more than one (keep_conflicts)
+    conflicts: dict[tuple[int, str], tuple[Action, ...]] = field(default_factory=dict)
 
 
-def lalr_table(rules: Sequence[Rule], terminals: Collection[str], start: str = "start") -> LalrTable:
+def lalr_table(rules: Sequence[Rule], terminals: Collection[str], start: str = "start",
+               keep_conflicts: bool = False) -> LalrTable:
     """The LALR(1) table of `rules` (symbols not in `terminals` must be some rule's origin).
-    Raises GrammarError for an undefined symbol, a missing start rule or a reduce/reduce conflict."""
-    return _Builder(rules, terminals, start).table()
+    Raises GrammarError for an undefined symbol, a missing start rule or (unless keep_conflicts)
+    a reduce/reduce conflict."""
+    return _Builder(rules, terminals, start).table(keep_conflicts)
 
 
 class _Builder:
@@ -158,11 +164,11 @@ class _Builder:
         return la
 
     # ---- the table ----------------------------------------------------------------------------
-    def table(self) -> LalrTable:
+    def table(self, keep_conflicts: bool = False) -> LalrTable:
         self._lr0()
         la = self._lookaheads()
         names, conflicts = self.names, []
-        actions = []
+        actions, kept = [], {}
         for q, trans in enumerate(self.trans):
             row: dict[str, Action] = {names[s]: (True, t) for s, t in trans.items()}
             reducing: dict[int, int] = {}
@@ -171,6 +177,10 @@ class _Builder:
                     continue
                 r = self.item_rule[item]
                 for t in _bits(la.get((q, r), 0)):
+                    if keep_conflicts and (t in trans or t in reducing):
+                        both = kept.setdefault((q, names[t]), [(True, trans[t])] if t in trans else [
+                            (False, (self.rules[reducing[t]].origin, self.rule_len[reducing[t]]))])
+                        both.append((False, (self.rules[r].origin, self.rule_len[r])))
                     if t in trans:
                         continue  # shift/reduce: shift
                     other = reducing.get(t)
@@ -181,11 +191,12 @@ class _Builder:
             for t, r in reducing.items():
                 row[names[t]] = (False, (self.rules[r].origin, self.rule_len[r]))
             actions.append(row)
-        if conflicts:
+        if conflicts and not keep_conflicts:
             raise GrammarError("\n\n".join(f"Reduce/Reduce collision in {t} between the following rules: "
                                            f"{self._show(a)} and {self._show(b)}" for t, a, b in conflicts[:5]))
         after_start = self.trans[0][self.names.index(self.rules[0].expansion[0])]
-        return LalrTable(tuple(actions), 0, self.trans[after_start][self.names.index(END)])
+        return LalrTable(tuple(actions), 0, self.trans[after_start][self.names.index(END)],
+                         {k: tuple(dict.fromkeys(v)) for k, v in kept.items()})
 
     def _show(self, r: int) -> str:
         rule = self.rules[r]

@@ -10,7 +10,7 @@ lexeme ends at its first match (what `re.match` does with `.*?"`; llguidance doe
 common.lark's ESCAPED_STRING is the one lookbehind idiom rewritten to plain regex.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -40,13 +40,16 @@ class Terminal:
 class CfgSpec:
     """Terminals (index = terminal id), ignored terminal ids, and the LALR(1) table:
     actions[state][symbol] for terminals and nonterminals (gotos are shifts on nonterminals).
-    any_split: a lexeme may end at any complete match (grammar/cfg_lexer.py), else maximal munch."""
+    exact: the matcher's language is the grammar's, every way of reading the text followed: a
+    lexeme may end at any complete match (grammar/cfg_lexer.py), and at a conflict every action
+    in `conflicts` is taken (cfg_parser); else lark's ways: maximal munch, conflicts resolved."""
     terminals: tuple[Terminal, ...]
     ignore: frozenset[int]
     actions: tuple[dict[str, Action], ...]
     start_state: int
     end_state: int
-    any_split: bool = False
+    exact: bool = False
+    conflicts: dict[tuple[int, str], tuple[Action, ...]] = field(default_factory=dict)
 
     @cached_property
     def terminal_ids(self) -> dict[str, int]:
@@ -87,17 +90,17 @@ def lark_to_spec(text: str) -> CfgSpec:
 
 
 def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tuple[str, ...] = (),
-                any_split: bool = False) -> CfgSpec:
+                exact: bool = False) -> CfgSpec:
     """The CfgSpec of BNF rules (start rule `start`) over named terminals. Rules the start rule
     never reaches are dropped, and terminals that no rule left uses but for the ignored, as lark
     drops them. Equivalent rules are merged first (_merge_equivalent)."""
     rules = _merge_equivalent(_reachable(rules, "start"))
-    table = lalr_table(rules, {t.name for t in terminals})
+    table = lalr_table(rules, {t.name for t in terminals}, keep_conflicts=exact)
     used = {s for r in rules for s in r.expansion} | set(ignore)
     terminals = tuple(t for t in terminals if t.name in used)
     names = {t.name: i for i, t in enumerate(terminals)}
     return CfgSpec(terminals, frozenset(names[n] for n in ignore), table.actions,
-                   table.start_state, table.end_state, any_split)
+                   table.start_state, table.end_state, exact, table.conflicts)
 
 
 def _merge_equivalent(rules: list[Rule]) -> list[Rule]:
