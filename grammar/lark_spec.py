@@ -25,6 +25,7 @@ LARK_ESCAPED_STRING = '".*?(?<!\\\\)(\\\\\\\\)*?"'
 PLAIN_ESCAPED_STRING = '"(?:[^"\\\\\\n]|\\\\[^\\n])*"'
 TERMINAL_PRIORITY = 0  # lark's default
 LAZY_QUANTIFIER = r"(?:[*+?]|\{[0-9]*,?[0-9]*\})\?"
+SELF = "\x00self"  # a rule's reference to itself, when rules are compared
 
 
 @dataclass(frozen=True)
@@ -104,30 +105,27 @@ def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tupl
 
 
 def _merge_equivalent(rules: list[Rule]) -> list[Rule]:
-    """One rule for each class of rules whose alternatives are the same once equivalent rules share
-    a name (Moore's partition refinement): the same language, without the reduce/reduce conflicts
+    """Rules with the same alternatives (a rule's references to itself compared as one symbol) are
+    one rule, repeated until none are left: the same language, without the reduce/reduce conflicts
     between copies (two anyOf branches whose $ref cycles compile alike, helper rules for equal
-    parts). `start` keeps its name."""
-    by_origin: dict[str, list[Rule]] = {}
-    for r in rules:
-        by_origin.setdefault(r.origin, []).append(r)
-    cls = dict.fromkeys(by_origin, 0)
+    parts). `start` keeps its name. Linear per round (partition refinement, which also merges
+    mutually recursive copies, took rounds as many as a rule chain is long)."""
     while True:
-        def signature(name: str) -> tuple:
-            return cls[name], tuple(sorted(
-                (r.priority, tuple((0, str(cls[s])) if s in cls else (1, s) for s in r.expansion))
-                for r in by_origin[name]))
-        ids: dict[tuple, int] = {}
-        refined = {name: ids.setdefault(signature(name), len(ids)) for name in by_origin}
-        if len(ids) == len(set(cls.values())):
-            break
-        cls = refined
-    first = {cls["start"]: "start"} if "start" in cls else {}
-    for name in by_origin:
-        first.setdefault(cls[name], name)
-    rename = {name: first[cls[name]] for name in by_origin}
-    return list(dict.fromkeys(Rule(r.origin, tuple(rename.get(s, s) for s in r.expansion), r.priority)
-                              for r in rules if rename[r.origin] == r.origin))
+        by_origin: dict[str, list[Rule]] = {}
+        for r in rules:
+            by_origin.setdefault(r.origin, []).append(r)
+        first: dict[tuple, str] = {}
+        rename: dict[str, str] = {}
+        for name in sorted(by_origin, key=lambda n: n != "start"):
+            signature = tuple(sorted((r.priority, tuple(SELF if s == name else s for s in r.expansion))
+                                     for r in by_origin[name]))
+            keep = first.setdefault(signature, name)
+            if keep != name:
+                rename[name] = keep
+        if not rename:
+            return rules
+        rules = list(dict.fromkeys(Rule(r.origin, tuple(rename.get(s, s) for s in r.expansion), r.priority)
+                                   for r in rules if r.origin not in rename))
 
 
 def _reachable(rules: list[Rule], start: str) -> list[Rule]:

@@ -55,7 +55,7 @@ def assert_same_moves(ours: CfgSpec, theirs: CfgSpec, walks: int = 30, steps: in
             if not next_a:
                 break
             name = rng.choice(sorted(next_a))
-            sa, sb = a.feed(sa, name), b.feed(sb, name)
+            (sa,), (sb,) = a.feed(sa, name), b.feed(sb, name)
     return compared
 
 
@@ -80,8 +80,7 @@ def test_shift_reduce_resolved_as_shift():
     names = {t.regex: t.name for t in spec.terminals}
     stack = parser.initial
     for word in ["if", "if", "x", "else", "x"]:
-        stack = parser.feed(stack, names[word])
-        assert stack is not None
+        (stack,) = parser.feed(stack, names[word])
     assert parser.accepts_end(stack)
     assert assert_same_moves(spec, lark_table_spec(text)) > 10
 
@@ -103,11 +102,29 @@ def test_equivalent_rules_are_merged_before_the_table():
         parser, names = LalrParser(spec), {t.regex: t.name for t in spec.terminals}
         stack = parser.initial
         for word in ["\\(", "\\(", "x", "\\)", "\\)"] if "(" in text else ["x"]:
-            stack = parser.feed(stack, names[word])
-            assert stack is not None, word
+            (stack,) = parser.feed(stack, names[word])
         assert parser.accepts_end(stack)
     with pytest.raises(GrammarError, match="Reduce/Reduce"):
         lark_to_spec('start: a | b\na: "(" a ")" | "x"\nb: "(" b ")" | "y" | "x"')
+
+
+def test_exact_specs_keep_conflicts_and_follow_each_action():
+    """a: X and b: X | X X, both before Y: a reduce/reduce conflict on Y. Refused by default; an
+    exact spec keeps both reductions, so "X Y" parses two ways (then $END or Z) and "X X Y Z" one."""
+    rules = [Rule("start", ("a", "Y")), Rule("start", ("b", "Y", "Z")), Rule("a", ("X",)),
+             Rule("b", ("X",)), Rule("b", ("X", "X"))]
+    terminals = tuple(Terminal(n, n.lower(), 0, True, False) for n in "XYZ")
+    with pytest.raises(GrammarError, match="Reduce/Reduce"):
+        bnf_to_spec(rules, terminals)
+    spec = bnf_to_spec(rules, terminals, exact=True)
+    parser = LalrParser(spec)
+    (x,) = parser.feed(parser.initial, "X")
+    both = parser.feed(x, "Y")
+    assert len(both) == 2 and sorted(parser.accepts_end(s) for s in both) == [False, True]
+    assert [parser.accepts_end(z) for s in both for z in parser.feed(s, "Z")] == [True]
+    (xx,) = parser.feed(x, "X")
+    (xxy,) = parser.feed(xx, "Y")
+    assert not parser.accepts_end(xxy) and parser.acceptable(xxy) == {spec.terminal_ids["Z"]}
 
 
 def test_undefined_symbols_and_missing_start_refused():
@@ -130,9 +147,10 @@ def test_long_rule_chains_build_without_recursion():
     rules.append(Rule("start", ("r0", "Y")))
     spec = bnf_to_spec(rules, (Terminal("X", "x", 0, True, False), Terminal("Y", "y", 0, True, False)))
     parser = LalrParser(spec)
-    assert parser.accepts_end(parser.feed(parser.feed(parser.initial, "X"), "Y"))
-    assert parser.accepts_end(parser.feed(parser.initial, "Y"))
-    assert parser.feed(parser.initial, "Z") is None
+    (after_x,) = parser.feed(parser.initial, "X")
+    assert [parser.accepts_end(s) for s in parser.feed(after_x, "Y")] == [True]
+    assert [parser.accepts_end(s) for s in parser.feed(parser.initial, "Y")] == [True]
+    assert parser.feed(parser.initial, "Z") == ()
 
 
 def test_unreachable_rules_and_their_terminals_dropped():
