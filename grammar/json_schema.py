@@ -93,7 +93,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from math import lcm
 
-from gdserve.grammar.errors import GrammarError, RegexTooLargeError, UnsatisfiableSchemaError
+from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError, UnsatisfiableSchemaError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
 from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_bounds, int_range_regex, multiples_regex
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
@@ -799,8 +799,8 @@ class _Compiler(Normalizer):
                     # Undeclared members anywhere among the declared ones: a regex repeats them at
                     # each position (with a bounded any-value: DFAs of 10^4-10^5 states); the
                     # grammar path writes them once, values exact at any depth.
-                    raise RegexTooLargeError(f"object at {_show(n.ptr)} admits undeclared keys among its "
-                                             "declared ones (open_objects): a grammar")
+                    raise RecursiveSchemaError(f"object at {_show(n.ptr)} admits undeclared keys among its "
+                                               "declared ones (open_objects): a grammar")
                 interleave = (list(members), m)
             members.append(("", False, m + rest))
         # property counts

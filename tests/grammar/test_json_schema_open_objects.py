@@ -11,7 +11,7 @@ import pytest
 
 from gdserve.grammar import compile_grammar
 from gdserve.grammar.cfg_sample import SentenceSampler
-from gdserve.grammar.errors import RegexTooLargeError
+from gdserve.grammar.errors import RecursiveSchemaError
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
 from tests.grammar.walk import accepts_all, is_json, tokenized_mutants
@@ -146,7 +146,7 @@ def test_closed_objects_are_the_default_and_reported():
     closed = compile_json_schema(schema)
     assert any("only the declared properties" in n for n in closed.narrowed)
     for name in ("flat", "typed_extras"):  # members anywhere: the grammar path
-        with pytest.raises(RegexTooLargeError, match="open_objects"):
+        with pytest.raises(RecursiveSchemaError, match="open_objects"):
             compile_json_schema(SCHEMAS[name], open_objects=True)
     assert compile_json_schema({"type": "object"}, open_objects=True).narrowed == []  # a map: a regex
 

@@ -40,7 +40,7 @@ def compiled_matcher(schema):
     except GrammarError:
         return None
     try:
-        parser = lark.Lark(schema_to_grammar(schema, open_objects=True).lark, parser="earley", lexer="dynamic")
+        parser = lark.Lark(schema_to_grammar(schema, open_objects=True).lark, parser="earley", lexer="dynamic_complete")
     except GrammarError:
         return None
 
