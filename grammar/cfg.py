@@ -143,9 +143,11 @@ class CfgGrammar:
                             nxt.add((after, n))
             if not nxt:
                 return None
-            configs = nxt if len(nxt) <= MAX_CONFIGS else set(sorted(nxt, key=_config_order)[:MAX_CONFIGS])
-        out = frozenset(c for stack, s in configs for c in self._settled(stack, s))
-        return out or None
+            configs = nxt
+        out = {c for stack, s in configs for c in self._settled(stack, s)}
+        if len(out) > MAX_CONFIGS:  # cut between tokens only: a mask is always its state's
+            out = sorted(out, key=_config_order)[:MAX_CONFIGS]
+        return frozenset(out) or None
 
     def accepts_eos(self, states: CfgStates) -> bool:
         return any(self._accepts_eos(c) for c in states)
@@ -285,8 +287,8 @@ class CfgGrammar:
         return t.token_bytes(token_id)
 
 
-def _config_order(config: tuple[Stack, int]) -> tuple:
-    return len(config[0]), config
+def _config_order(config: CfgState) -> tuple:
+    return len(config.stack), config.stack, config.lex
 
 
 class CfgMatcher(StateWalk):

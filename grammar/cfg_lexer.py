@@ -76,7 +76,8 @@ class Lexer:
     _multi: dict[tuple[int, ...], dict[bytes, int]] = field(default_factory=dict)
     _single_base: dict[int, int] = field(default_factory=dict)
     _joint_trans: dict[int, np.ndarray] = field(default_factory=dict)
-    _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: accept id >= K
+    _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: a tie's accept id
+    _tie_terms: list[tuple[int, ...]] = field(default_factory=list)  # accept id - K -> its tie
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
 
     @cached_property
@@ -211,19 +212,17 @@ class Lexer:
         return out[inverse.reshape(-1)]
 
     def _tie_id(self, terms: tuple[int, ...]) -> int:
-        return self._ties.setdefault(terms, len(self.dfas) + len(self._ties))
-
-    @cached_property
-    def _tie_sets(self) -> dict[int, tuple[int, ...]]:
-        return {}
+        tid = self._ties.get(terms)
+        if tid is None:
+            tid = self._ties[terms] = len(self.dfas) + len(self._tie_terms)
+            self._tie_terms.append(terms)
+        return tid
 
     def emitted(self, accept_id: int) -> tuple[int, ...]:
-        """The terminals an accept id stands for: none (-1), one, or (exact) a tie."""
+        """The terminals an accept id stands for: none (-1), one, or (exact) a tie (ids >= K)."""
         if accept_id < len(self.dfas):
             return () if accept_id < 0 else (accept_id,)
-        if len(self._tie_sets) != len(self._ties):
-            self._tie_sets.update((i, t) for t, i in self._ties.items())
-        return self._tie_sets[accept_id]
+        return self._tie_terms[accept_id - len(self.dfas)]
 
     def emits(self, state: int) -> tuple[int, ...]:
         """The terminals a lexeme ending in `state` may be emitted as."""

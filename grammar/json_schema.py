@@ -845,8 +845,8 @@ class _Compiler(Normalizer):
         sep = f"{self.wsi},{self.wsb}"
         rules, n = self.rules, len(members)
         required = frozenset(j for j, (_, req, _) in enumerate(members) if req)
-        # Rules, so that "," stays a terminal of its own: the lexer does not backtrack, and a
-        # "," fused with an undeclared key would swallow the start of a declared one.
+        # Rules, so that "," stays a terminal of its own rather than fused into a copy of every
+        # member's first terminal (and one rule per member body, shared by every subset state).
         declared = [self._rule(rx) for _, _, rx in members]
         extra = self._rule(extra)
         if presence is not None:

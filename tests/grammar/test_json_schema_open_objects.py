@@ -14,7 +14,7 @@ from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.errors import RecursiveSchemaError
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
-from tests.grammar.walk import accepts_all, is_json, tokenized_mutants
+from tests.grammar.walk import accepts_all, allowed_ids, is_json, tokenized_mutants
 
 SCHEMAS = {
     "flat": {"type": "object", "properties": {
@@ -139,6 +139,31 @@ def test_branches_differing_in_required_keys_are_one_open_object(smollm2_tokeniz
                 assert accepts_all(g, ids) == valid, instance
                 checked[valid] += 1
     assert min(checked.values()) >= 10, checked
+
+
+def test_a_capped_state_keeps_masks_and_accepts_agreeing(smollm2_tokenizer, monkeypatch):
+    """Past MAX_CONFIGS a state keeps a subset of its parses (here 1): every token its mask allows
+    is accepted, and what is accepted stays valid."""
+    monkeypatch.setattr("gdserve.grammar.cfg.MAX_CONFIGS", 1)
+    items = {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}},
+                       {"type": "object", "properties": {"b": {"type": "integer"}}}]}
+    schema = {"type": "object", "properties": {"list": {"type": "array", "items": items}}}
+    g, rng = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True), random.Random(7)
+    validator = jsonschema.Draft202012Validator(schema)
+    for _ in range(3):
+        m, ids = g.matcher(), []
+        for token in smollm2_tokenizer.encode('{"list": [{"c": 1, "a": "x"}, {', add_special_tokens=False):
+            assert token in allowed_ids(m) and m.accept_token(token)
+            ids.append(token)
+        for _ in range(40):
+            allowed = sorted(allowed_ids(m))
+            token = rng.choice(allowed)
+            assert m.accept_token(token)
+            if token in g.eos_token_ids:
+                break
+            ids.append(token)
+        if m.is_terminated():
+            assert validator.is_valid(json.loads(smollm2_tokenizer.decode(ids)))
 
 
 def test_closed_objects_are_the_default_and_reported():
