@@ -24,7 +24,7 @@ from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq,
                                        to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
-TERMINAL_MAX_SIZE = 20_000  # expanded atoms (regex_tree.expanded_size) of one terminal, ~its DFA states
+TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex_tree.expanded_size) of one terminal, ~its DFA states
 SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a rule chain per copy)
 
 
