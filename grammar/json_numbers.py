@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from math import gcd
+from math import gcd, lcm
 
 _HEX = "0123456789abcdef"
 
@@ -341,29 +341,24 @@ def decimal_range_regex(lo: Bound | None, hi: Bound | None, max_frac: int | None
     Zero is never written with a minus sign ("-0", "-0.0" are left out: a sound subset).
     Returns None if the range holds no number.
     """
+    return _by_sign(lo, hi, lambda a, b: _pos_decimal(a, b, max_frac))
+
+
+def _by_sign(lo: Bound | None, hi: Bound | None, side) -> str | None:
+    """The range's numbers as "-" and the magnitudes y > 0 in [-hi, -lo], or the numbers x >= 0
+    in [lo, hi]: side(lower, upper or None) gives each side's alternatives (lower.value >= 0)."""
     if lo is not None and hi is not None:
         if lo.value > hi.value or (lo.value == hi.value and (lo.exclusive or hi.exclusive)):
             return None
     parts: list[str] = []
     zero = Decimal(0)
-    # negative side: x = -y with y > 0, y in [-hi, -lo]
     if lo is None or lo.value < 0:
-        if hi is None or hi.value > 0 or (hi.value == 0):
-            y_lo = Bound(zero, True)
-        else:
-            y_lo = Bound(-hi.value, hi.exclusive)
-        y_hi = None if lo is None else Bound(-lo.value, lo.exclusive)
-        neg = _pos_decimal(y_lo, y_hi, max_frac)
+        y_lo = Bound(zero, True) if hi is None or hi.value >= 0 else Bound(-hi.value, hi.exclusive)
+        neg = side(y_lo, None if lo is None else Bound(-lo.value, lo.exclusive))
         if neg:
             parts.append("-" + _alt(neg))
-    # non-negative side
-    if hi is None or hi.value >= 0:
-        if lo is None or lo.value < 0:
-            p_lo = Bound(zero, False)
-        else:
-            p_lo = lo
-        if not (hi is not None and hi.value == 0 and hi.exclusive):
-            parts.extend(_pos_decimal(p_lo, hi, max_frac))
+    if (hi is None or hi.value >= 0) and not (hi is not None and hi.value == 0 and hi.exclusive):
+        parts.extend(side(lo if lo is not None and lo.value >= 0 else Bound(zero), hi))
     return _alt(parts) if parts else None
 
 
@@ -393,8 +388,7 @@ def multiples_regex(step: Decimal, lo: Bound | None, hi: Bound | None, integer: 
     integers when `integer`. None if there is none; ValueError (the reason) where the regex would
     need more than MULTIPLES_MAX parts: a step whose numerator has a prime factor other than 2 and
     5 over a range of more than MULTIPLES_MAX multiples, or one of many digit suffixes (1024)."""
-    q = max(0, -step.normalize().as_tuple().exponent)
-    p = int(step.scaleb(q))
+    p, q = _scaled(step)
     if integer:  # integer multiples of step: multiples of p / gcd(p, 10^q)
         p, q = p // gcd(p, 10 ** q), 0
     if p == 1 and integer:
@@ -404,19 +398,19 @@ def multiples_regex(step: Decimal, lo: Bound | None, hi: Bound | None, integer: 
         nonzero = f"0\\.[0-9]{{0,{q - 1}}}[1-9]0*"
         return f"(?:-(?:{nonzero}|[1-9][0-9]*{frac})|(?:0|[1-9][0-9]*){frac})"
     step = Decimal(p).scaleb(-q)
-    if lo is not None and hi is not None:
-        if lo.value > hi.value or (lo.value == hi.value and (lo.exclusive or hi.exclusive)):
-            return None
-    parts = []
-    if lo is None or lo.value < 0:  # negatives: magnitudes in (0, -lo], at least -hi
-        y_lo = Bound(Decimal(0), True) if hi is None or hi.value >= 0 else Bound(-hi.value, hi.exclusive)
-        neg = _side(step, p, q, y_lo, None if lo is None else Bound(-lo.value, lo.exclusive), integer)
-        if neg:
-            parts.append("-" + _alt(neg))
-    if hi is None or hi.value >= 0:
-        p_lo = lo if lo is not None and lo.value >= 0 else Bound(Decimal(0))
-        parts.extend(_side(step, p, q, p_lo, hi, integer))
-    return _alt(parts) if parts else None
+    return _by_sign(lo, hi, lambda a, b: _side(step, p, q, a, b, integer))
+
+
+def common_multiple(steps: list[Decimal]) -> Decimal:
+    """The least common multiple of decimal steps (> 0)."""
+    q = max(_scaled(step)[1] for step in steps)
+    return Decimal(lcm(*(int(step.scaleb(q)) for step in steps))).scaleb(-q)
+
+
+def _scaled(step: Decimal) -> tuple[int, int]:
+    """(p, q) with step = p / 10^q, q the fraction digits of step."""
+    q = max(0, -step.normalize().as_tuple().exponent)
+    return int(step.scaleb(q)), q
 
 
 def _side(step: Decimal, p: int, q: int, lo: Bound, hi: Bound | None, integer: bool) -> list[str]:

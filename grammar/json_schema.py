@@ -91,11 +91,11 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from math import lcm
 
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError, UnsatisfiableSchemaError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
-from gdserve.grammar.json_numbers import Bound, decimal_range_regex, int_bounds, int_range_regex, multiples_regex
+from gdserve.grammar.json_numbers import (Bound, common_multiple, decimal_range_regex, int_bounds, int_range_regex,
+                                          multiples_regex)
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
@@ -654,12 +654,9 @@ class _Compiler(Normalizer):
         if "integer" not in types:
             self.unsupported("multipleOf", ptr, "on non-integral numbers only")
             return self._number(replace(n, multiple_of=[]), types)
-        q = max(max(0, -step.normalize().as_tuple().exponent) for step, _ in n.multiple_of)
-        p = 1
-        for step, _ in n.multiple_of:
-            p = lcm(p, int(step.scaleb(q)))
+        step = common_multiple([step for step, _ in n.multiple_of])
         try:
-            return multiples_regex(Decimal(p).scaleb(-q), n.lo, n.hi, "fraction" not in types)
+            return multiples_regex(step, n.lo, n.hi, "fraction" not in types)
         except ValueError as e:
             self.unsupported("multipleOf", ptr, str(e))
             return self._number(replace(n, multiple_of=[]), types)
