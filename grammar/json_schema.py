@@ -119,7 +119,7 @@ from gdserve.grammar.json_strings import (
     repeat,
     string_literal,
 )
-from gdserve.grammar.regex_tree import expanded_size, parse, placeholder
+from gdserve.grammar.regex_tree import parse, placeholder
 
 ANY_VALUE_DEPTH = 2
 STRING_LENGTH_CAP = 256
@@ -129,7 +129,7 @@ MAX_BRANCHES = 256
 UNIQUE_SEQUENCES_LIMIT = 2000
 # ~200k regex characters take outlines-core ~15 s to index over a 49k-token vocabulary
 MAX_REGEX_CHARS = 200_000
-# Bounded repetitions written out (regex_tree.expanded_size): ~0.2 ms of indexing each; checked on
+# Bounded repetitions written out (regex_tree's node.size): ~0.2 ms of indexing each; checked on
 # regexes longer than EXPANSION_CHECK_CHARS (shorter ones index in milliseconds).
 MAX_EXPANDED_SIZE = 40_000
 EXPANSION_CHECK_CHARS = 4_000
@@ -185,7 +185,7 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     if len(rx) > max_regex_chars:
         raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
                                  f"(limit {max_regex_chars})")
-    if len(rx) > EXPANSION_CHECK_CHARS and (size := expanded_size(parse(rx))) > MAX_EXPANDED_SIZE:
+    if len(rx) > EXPANSION_CHECK_CHARS and (size := parse(rx).size) > MAX_EXPANDED_SIZE:
         raise RegexTooLargeError(f"schema too large for the regex compiler: its regex expands to {size} "
                                  f"positions (limit {MAX_EXPANDED_SIZE})")
     return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))

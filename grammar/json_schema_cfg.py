@@ -20,11 +20,11 @@ from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.lalr import Rule
 from gdserve.grammar.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
-from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, expanded_size, has_rule, nonempty, nullable, parse,
+from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, nonempty, nullable, parse,
                                        to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
-TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex_tree.expanded_size) of one terminal, ~its DFA states
+TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex_tree's node.size) of one terminal, ~its DFA states
 SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a rule chain per copy)
 
 
@@ -71,17 +71,8 @@ def schema_to_grammar(schema: dict | bool | str, whitespace_pattern: str | None 
 
 
 def _max_open_bytes(root: Node, trees: dict[str, Node]) -> int:
-    """The longest shortest text of an optional part, rules at their shortest texts in bytes: a
-    fixpoint from "unbounded" down."""
-    sizes = ByteSizes()
-    sizes.rules = dict.fromkeys(trees, 1 << 30)
-    changed = True
-    while changed:
-        changed = False
-        for name, tree in trees.items():
-            n = sizes.min_bytes(tree)
-            if n < sizes.rules[name]:
-                sizes.rules[name], changed = n, True
+    """The longest shortest text of an optional part, rules at their shortest texts in bytes."""
+    sizes = ByteSizes(trees)
     return max(sizes.max_optional_bytes(t) for t in [root, *trees.values()])
 
 
@@ -91,7 +82,10 @@ class _BnfWriter:
         self.rules_used: set[str] = set()
         self.helpers: dict[str, str] = {}  # body -> name of the alternation/repetition rules
         self.stars: dict[str, str] = {}    # item -> name of its `item*` rule
-        self.sizes: dict[int, int] = {}    # id(node) -> expanded_size (nodes live while writing)
+        # to_regex by id(node); the nodes the writer makes itself are kept in `made` so that no id
+        # is reused while it writes
+        self.texts: dict[int, str] = {}
+        self.made: list[Node] = []
 
     def rule_body(self, tree: Node) -> str:
         """A rule's body; an alternation (maybe optional) of rule-bearing options is written as the
@@ -118,6 +112,7 @@ class _BnfWriter:
             return node.rule
         if isinstance(node, Seq):
             runs = _runs(node.items, self._structural)
+            self.made += runs
             if runs == [node]:
                 return self.terminal(node)  # big, but no part is written as rules
             return " ".join(p for p in map(self.expr, runs) if p)
@@ -130,15 +125,12 @@ class _BnfWriter:
         """Whether node is written as rules: it holds one, or it is too big for one terminal
         (a map of 64 string pairs: 10^6 DFA states) and splits (a sequence, an alternation, a
         repetition of at most SPLIT_REPEAT_MAX items)."""
-        if has_rule(node):
+        if node.rules:
             return True
         if isinstance(node, Atom) or (isinstance(node, Repeat) and node.hi is not None
                                       and node.hi - node.lo > SPLIT_REPEAT_MAX):
             return False
-        size = self.sizes.get(id(node))
-        if size is None:
-            size = self.sizes[id(node)] = expanded_size(node)
-        return size > TERMINAL_MAX_SIZE
+        return node.size > TERMINAL_MAX_SIZE
 
     def _repeat(self, item: str, lo: int, hi: int | None) -> str:
         """item repeated lo..hi times: the required copies, then a left-recursive rule for an
@@ -165,8 +157,9 @@ class _BnfWriter:
     def terminal(self, node: Node) -> str:
         if nullable(node):
             node = nonempty(node)
+            self.made.append(node)
             return "" if node is None else self._helper([self.terminal(node), ""])
-        regex = to_regex(node)
+        regex = to_regex(node, self.texts)
         name = self.terminals.setdefault(regex, f"T{len(self.terminals)}")
         return name
 

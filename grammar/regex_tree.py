@@ -9,7 +9,7 @@ regexes never contain raw: they write non-ASCII as escapes) is an atom standing 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.regex import _class_end
@@ -21,23 +21,61 @@ def placeholder(name: str) -> str:
     return f"{RULE_OPEN}{name}{RULE_CLOSE}"
 
 
+# Each node carries what callers ask of every node on the way down, computed once when it is
+# made (children first): `rules` (it holds a rule placeholder), `size` (atoms with every bounded
+# repetition written out: the size of the position automaton the regex path determinizes, which
+# predicts its cost better than the regex's length: a 9k-character regex of nested bounded
+# repetitions can need gigabytes), `sizes` ((fewest UTF-8 bytes, longest shortest text of an
+# optional part), see ByteSizes; None where a rule is held).
+_DERIVED = dict(init=False, compare=False, repr=False)
+
+
+def _derive(node, rules: bool, size: int, sizes: tuple[int, int] | None) -> None:
+    object.__setattr__(node, "rules", rules)
+    object.__setattr__(node, "size", size)
+    object.__setattr__(node, "sizes", None if rules else sizes)
+
+
 @dataclass(frozen=True)
 class Atom:
     text: str   # a character, an escape, a class, `.`, or an opaque flag group
+    rules: bool = field(**_DERIVED)
+    size: int = field(**_DERIVED)
+    sizes: tuple[int, int] | None = field(**_DERIVED)
+
+    def __post_init__(self):
+        rule = self.text.startswith(RULE_OPEN)
+        _derive(self, rule, 1, None if rule else (_atom_bytes(self.text), 0))
 
     @property
     def rule(self) -> str | None:
-        return self.text[1:-1] if self.text.startswith(RULE_OPEN) else None
+        return self.text[1:-1] if self.rules else None
 
 
 @dataclass(frozen=True)
 class Seq:
     items: tuple
+    rules: bool = field(**_DERIVED)
+    size: int = field(**_DERIVED)
+    sizes: tuple[int, int] | None = field(**_DERIVED)
+
+    def __post_init__(self):
+        rules = any([x.rules for x in self.items])
+        _derive(self, rules, sum([x.size for x in self.items]), None if rules else
+                (sum([x.sizes[0] for x in self.items]), max([x.sizes[1] for x in self.items], default=0)))
 
 
 @dataclass(frozen=True)
 class Alt:
     options: tuple
+    rules: bool = field(**_DERIVED)
+    size: int = field(**_DERIVED)
+    sizes: tuple[int, int] | None = field(**_DERIVED)
+
+    def __post_init__(self):
+        rules = any([x.rules for x in self.options])
+        _derive(self, rules, sum([x.size for x in self.options]), None if rules else
+                (min([x.sizes[0] for x in self.options]), max([max(x.sizes) for x in self.options])))
 
 
 @dataclass(frozen=True)
@@ -45,6 +83,14 @@ class Repeat:
     item: object
     lo: int
     hi: int | None  # None: unbounded
+    rules: bool = field(**_DERIVED)
+    size: int = field(**_DERIVED)
+    sizes: tuple[int, int] | None = field(**_DERIVED)
+
+    def __post_init__(self):
+        item = self.item
+        _derive(self, item.rules, max(self.lo if self.hi is None else self.hi, 1) * item.size,
+                None if item.rules else (self.lo * item.sizes[0], max(item.sizes)))
 
 
 Node = Atom | Seq | Alt | Repeat
@@ -52,31 +98,73 @@ EMPTY = Seq(())
 
 
 def parse(text: str) -> Node:
-    node, i = _Parser(text).alternation(0)
-    if i != len(text):
-        raise GrammarError(f"internal: unbalanced ')' at {i} in a generated regex")
+    """The tree of a generated regex. A group whose text was parsed before (the JSON string and
+    number regexes recur in every member) is that tree again, one object: callers that memoize by
+    node id size it once."""
+    node = _GROUPS.get(text)
+    if node is None:
+        node, i = _Parser(text).alternation(0)
+        if i != len(text):
+            raise GrammarError(f"internal: unbalanced ')' at {i} in a generated regex")
+        _remember(text, node)
     return node
 
 
-def to_regex(node: Node) -> str:
+_GROUPS: dict[str, Node] = {}  # group or regex text -> its tree (short texts only)
+_GROUP_TEXT_MAX = 4096
+_GROUPS_MAX = 100_000
+_GROUP_SYNTAX = re.compile(r"\\.|[\[\]()]", re.S)
+
+
+def _remember(text: str, node: Node) -> None:
+    if len(text) <= _GROUP_TEXT_MAX:
+        if len(_GROUPS) >= _GROUPS_MAX:
+            _GROUPS.clear()
+        _GROUPS[text] = node
+
+
+def _group_ends(text: str) -> dict[int, int]:
+    """Each group's `(` index -> its `)` index, outside character classes (nested as in Rust,
+    a leading `]` literal: regex._class_end's reading) and escapes."""
+    ends, opens, depth, literal_at = {}, [], 0, -1
+    for m in _GROUP_SYNTAX.finditer(text):
+        c, i = m.group(), m.start()
+        if depth:
+            if c == "[":
+                depth += 1
+            elif c == "]" and i != literal_at:
+                depth -= 1
+        elif c == "(":
+            opens.append(i)
+        elif c == ")":
+            if opens:
+                ends[opens.pop()] = i
+        elif c == "[":
+            depth = 1
+            literal_at = i + 1 + text.startswith("^", i + 1)
+    return ends
+
+
+def to_regex(node: Node, memo: dict[int, str] | None = None) -> str:
+    """The regex text of node; memo: id(node) -> text, for a caller that asks of every node on
+    the way down (it keeps the nodes alive)."""
+    out = None if memo is None else memo.get(id(node))
+    if out is not None:
+        return out
     if isinstance(node, Atom):
         return node.text
     if isinstance(node, Seq):
-        return "".join(f"(?:{to_regex(x)})" if isinstance(x, Alt) else to_regex(x) for x in node.items)
-    if isinstance(node, Alt):
-        return "|".join(to_regex(o) for o in node.options)
-    inner = to_regex(node.item)
-    if not isinstance(node.item, Atom):
-        inner = f"(?:{inner})"
-    return inner + _quantifier(node.lo, node.hi)
-
-
-def has_rule(node: Node) -> bool:
-    if isinstance(node, Atom):
-        return node.rule is not None
-    if isinstance(node, Repeat):
-        return has_rule(node.item)
-    return any(map(has_rule, node.items if isinstance(node, Seq) else node.options))
+        out = "".join(f"(?:{to_regex(x, memo)})" if isinstance(x, Alt) else to_regex(x, memo) for x in node.items)
+    elif isinstance(node, Alt):
+        out = "|".join(to_regex(o, memo) for o in node.options)
+    else:
+        inner = to_regex(node.item, memo)
+        if not isinstance(node.item, Atom):
+            inner = f"(?:{inner})"
+        out = inner + _quantifier(node.lo, node.hi)
+    if memo is not None:
+        memo[id(node)] = out
+    return out
 
 
 def nullable(node: Node) -> bool:
@@ -112,44 +200,112 @@ def nonempty(node: Node) -> Node | None:
 
 
 class ByteSizes:
-    """Fewest UTF-8 bytes of nodes (a class or `.` counts 1; a rule counts rules[name], which the
-    caller may lower between calls, as a fixpoint over recursive rules does) and the longest
-    shortest text of an optional or repeated part of a node (an alternative, a repetition's item:
-    what one token may commit to once it takes that part). Rule-free nodes are sized once."""
+    """Fewest UTF-8 bytes of nodes (a class or `.` counts 1; a rule counts its rule's fewest,
+    found as a fixpoint from "unbounded" down over `rules`, name -> tree) and the longest shortest
+    text of an optional or repeated part of a node (an alternative, a repetition's item: what one
+    token may commit to once it takes that part).
 
-    def __init__(self):
-        self.rules: dict[str, int] = {}
-        self._fixed: dict[int, tuple[int, int, bool]] = {}  # id(node) -> sizes, nodes without rules
+    Each node is reduced once to a form: its rule-free parts sized, what holds a rule kept as a
+    skeleton (a rule's name, or [kind, sizes of the rule-free parts, the rest]); the fixpoint's
+    passes evaluate only skeletons. The trees must outlive this object (nodes are keyed by id)."""
+
+    def __init__(self, rules: dict[str, Node] | None = None):
+        rules = rules or {}
+        self.rules: dict[str, int] = dict.fromkeys(rules, 1 << 30)
+        self._forms: dict[int, object] = {}  # id(node) -> form
+        forms = {name: self._form(tree) for name, tree in rules.items()}
+        changed = True
+        order = _dependencies_first({name: _form_refs(form) for name, form in forms.items()})
+        while changed:
+            changed = False
+            for name in order:
+                n = self._eval(forms[name])[0]
+                if n < self.rules[name]:
+                    self.rules[name], changed = n, True
 
     def min_bytes(self, node: Node) -> int:
-        return self._sizes(node)[0]
+        return self._eval(self._form(node))[0]
 
     def max_optional_bytes(self, node: Node) -> int:
-        return self._sizes(node)[1]
+        return self._eval(self._form(node))[1]
 
-    def _sizes(self, node: Node) -> tuple[int, int, bool]:
-        """(min bytes, max optional bytes, holds a rule)."""
-        out = self._fixed.get(id(node))
-        if out is not None:
-            return out
+    def _form(self, node: Node) -> object:
+        """node.sizes for a rule-free node; a rule's name; or [_SEQ | _ALT, the rule-free items'
+        or options' sizes combined, [forms of the others]] | [_REPEAT, lo, the item's form]."""
+        if node.sizes is not None:
+            return node.sizes
+        form = self._forms.get(id(node))
+        if form is not None:
+            return form
         if isinstance(node, Atom):
-            if node.rule is not None:
-                return self.rules[node.rule], 0, True
-            out = _atom_bytes(node.text), 0, False
-        elif isinstance(node, Seq):
-            sizes = [self._sizes(x) for x in node.items]
-            out = (sum(m for m, _, _ in sizes), max((o for _, o, _ in sizes), default=0),
-                   any(r for _, _, r in sizes))
-        elif isinstance(node, Alt):
-            sizes = [self._sizes(o) for o in node.options]
-            out = (min(m for m, _, _ in sizes), max(max(m, o) for m, o, _ in sizes),
-                   any(r for _, _, r in sizes))
+            form = node.rule
+        elif isinstance(node, Repeat):
+            form = [_REPEAT, node.lo, self._form(node.item)]
         else:
-            m, o, r = self._sizes(node.item)
-            out = node.lo * m, max(m, o), r
-        if not out[2]:
-            self._fixed[id(node)] = out
-        return out
+            parts = [self._form(x) for x in (node.items if isinstance(node, Seq) else node.options)]
+            fixed = [p for p in parts if type(p) is tuple]
+            rest = [p for p in parts if type(p) is not tuple]
+            if isinstance(node, Seq):
+                form = [_SEQ, (sum(m for m, _ in fixed), max((o for _, o in fixed), default=0)), rest]
+            else:
+                form = [_ALT, (min((m for m, _ in fixed), default=1 << 62),
+                               max((max(p) for p in fixed), default=0)), rest]
+        self._forms[id(node)] = form
+        return form
+
+    def _eval(self, form: object) -> tuple[int, int]:
+        if type(form) is tuple:
+            return form
+        if type(form) is str:
+            return self.rules[form], 0
+        kind, a, b = form
+        if kind == _REPEAT:
+            m, o = self._eval(b)
+            return a * m, max(m, o)
+        m, o = a
+        for part in b:
+            pm, po = self._eval(part)
+            if kind == _SEQ:
+                m, o = m + pm, max(o, po)
+            else:
+                m, o = min(m, pm), max(o, pm, po)
+        return m, o
+
+
+_SEQ, _ALT, _REPEAT = 0, 1, 2
+
+
+def _dependencies_first(refs: dict[str, list[str]]) -> list[str]:
+    """The rules' names, each after the rules it refers to (refs) where no cycle runs through
+    them (depth-first post-order), so that one pass of a fixpoint over them settles all but cycles."""
+    order, seen = [], set()
+    for root in refs:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(refs[root]))]
+        while stack:
+            name, it = stack[-1]
+            nxt = next((r for r in it if r not in seen and r in refs), None)
+            if nxt is None:
+                order.append(name)
+                stack.pop()
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(refs[nxt])))
+    return order
+
+
+def _form_refs(form: object) -> list[str]:
+    """The rules a ByteSizes form refers to."""
+    out, stack = [], [form]
+    while stack:
+        form = stack.pop()
+        if type(form) is str:
+            out.append(form)
+        elif type(form) is list:
+            stack.extend(form[2] if form[0] != _REPEAT else [form[2]])
+    return out
 
 
 def _atom_bytes(text: str) -> int:
@@ -157,17 +313,6 @@ def _atom_bytes(text: str) -> int:
     if escaped:
         return len(chr(int(escaped.group(1) or escaped.group(2), 16)).encode("utf-8", "surrogatepass"))
     return 1 if text.startswith(("[", "\\", ".", "(")) else len(text.encode())
-
-
-def expanded_size(node: Node) -> int:
-    """Atoms with every bounded repetition written out (`x{2,5}` as five copies of x): the size of
-    the position automaton the regex path determinizes, which predicts its cost better than the
-    regex's length (a 9k-character regex of nested bounded repetitions can need gigabytes)."""
-    if isinstance(node, Atom):
-        return 1
-    if isinstance(node, (Seq, Alt)):
-        return sum(map(expanded_size, node.items if isinstance(node, Seq) else node.options))
-    return max(node.lo if node.hi is None else node.hi, 1) * expanded_size(node.item)
 
 
 def _alt(options: list[Node]) -> Node | None:
@@ -185,6 +330,7 @@ def _quantifier(lo: int, hi: int | None) -> str:
 class _Parser:
     def __init__(self, text: str):
         self.text = text
+        self.ends = _group_ends(text) if "(" in text else {}
 
     def alternation(self, i: int) -> tuple[Node, int]:
         options = []
@@ -208,9 +354,16 @@ class _Parser:
         t, c = self.text, self.text[i]
         if c == "(":
             if t.startswith("(?:", i) or not t.startswith("(?", i):
-                node, j = self.alternation(i + (3 if t.startswith("(?:", i) else 1))
+                inner = i + (3 if t.startswith("(?:", i) else 1)
+                end = self.ends.get(i)
+                node = None if end is None else _GROUPS.get(t[inner:end])
+                if node is not None:
+                    return node, end + 1
+                node, j = self.alternation(inner)
                 if j >= len(t) or t[j] != ")":
                     raise GrammarError("internal: unclosed group in a generated regex")
+                if j == end:
+                    _remember(t[inner:end], node)
                 return node, j + 1
             j = self._group_end(i)  # a flag group such as (?i:...): opaque
             if RULE_OPEN in t[i:j]:

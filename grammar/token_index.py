@@ -268,12 +268,12 @@ def _loop_arrays(states: list[int], pures: list[np.ndarray]) -> tuple[np.ndarray
 @dataclass(eq=False)
 class TokenIndex:
     """A ByteDFA over a TokenTrie: the allowed tokens of a state, on demand. Pickles without its
-    loop memo (the trie's pure arrays are rebuilt where they are needed)."""
+    loop memo (the trie's pure arrays are rebuilt where they are needed) and array addresses."""
     dfa: ByteDFA
     trie: TokenTrie
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_loops"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_loops", "_static_args", "_class_bytes_ptr")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -283,6 +283,10 @@ class TokenIndex:
     @cached_property
     def _class_bytes(self) -> np.ndarray:
         return np.bincount(self.dfa.classes, minlength=self.dfa.trans.shape[1]).astype(np.int32)
+
+    @cached_property
+    def _class_bytes_ptr(self) -> int:
+        return _ptr(self._class_bytes)
 
     @cached_property
     def _loops(self) -> dict[int, tuple[list[int], list[np.ndarray]]]:
@@ -299,17 +303,19 @@ class TokenIndex:
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
             found = np.empty(LOOP_DEPTH, dtype=np.int32)
-            trans, classes, dead = self._static_args()[:3]
-            n = mask_library().find_loops(trans, classes, dead, _ptr(self._class_bytes), state, LOOP_DEPTH,
+            trans, classes, dead = self._static_args[:3]
+            n = mask_library().find_loops(trans, classes, dead, self._class_bytes_ptr, state, LOOP_DEPTH,
                                           MIN_LOOP_BYTES, _ptr(found))
             states = found[:n].tolist()
             out = self._loops[state] = (states, [self.trie.pure_below(self.dfa.trans[x, self.dfa.classes] == x)
                                                  for x in states])
         return out
 
+    @cached_property
     def _static_args(self) -> tuple:
-        """The C walks' arguments for the DFA's table and the trie's arrays (pointers are taken
-        per call, never kept: a pickled index must not carry another process's addresses)."""
+        """The C walks' arguments for the DFA's table and the trie's arrays, which never change
+        for an index (a grown lexer gets a new one); never pickled: a pickled index must not
+        carry another process's addresses."""
         t, trans = self.trie, self.dfa.trans
         return (_ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
                 _ptr(t.skip), _ptr(t.tok_ptr), _ptr(t.tok_ids))
@@ -379,7 +385,7 @@ class TokenIndex:
         stack = np.empty(t.max_depth + 1, dtype=np.int32)
         loop_states, pures = self.loops(state)
         loop_arrays = _loop_arrays(loop_states, pures)
-        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args()
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)), split,
@@ -423,7 +429,7 @@ class TokenIndex:
             [a if isinstance(a, bool) else _ptr(a) for a in crossings]
         loop_states, pures = self.loops(state) if node_state is None else ([], [])
         loop_arrays = _loop_arrays(loop_states, pures)
-        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args()
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
         return lib.walk_token_trie(
             trans, classes, dead, node_class, depth, skip, len(self.trie.byte), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), None if node_state is None else _ptr(node_state), *cross,

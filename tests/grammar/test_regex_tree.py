@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from gdserve.grammar.regex_tree import expanded_size, has_rule, nonempty, nullable, parse, placeholder, to_regex
+from gdserve.grammar.regex_tree import Alt, Atom, ByteSizes, nonempty, nullable, parse, placeholder, to_regex
 
 REGEXES = [
     r'\{[ \t]?"a"[ \t]?:[ \t]?(?:null|\[(?:x(?:,x)*)?\])[ \t]?\}',
@@ -15,6 +15,8 @@ REGEXES = [
     r"(?:a|b*)+",
     r"(?i:ab)c",
     r"[\]a-]\x41",
+    r"[(]a(?:[)]b|c)",
+    r"[]()](?:x|[^](])*",
 ]
 SAMPLES = ["".join(p) for n in range(5) for p in itertools.product("abcx,[] \t\n", repeat=n)]
 
@@ -33,12 +35,30 @@ def test_round_trip_and_nonempty_agree_with_re(regex):
 
 def test_placeholders_are_atoms():
     tree = parse(r"\[(?:" + placeholder("r0") + r"(?:,)" + placeholder("r0") + r"{2})?\]")
-    assert has_rule(tree) and not has_rule(parse(r"\[a\]"))
+    assert tree.rules and not parse(r"\[a\]").rules
     assert to_regex(tree) == r"\[(?:" + placeholder("r0") + "," + placeholder("r0") + r"{2})?\]"
     assert nonempty(parse("(?:)")) is None
 
 
 @pytest.mark.parametrize("regex,size", [("a{2,5}b", 6), ("(?:ab|c)*", 3), ("(?:a{3}){2}", 6), ("x?y+", 2),
                                         ("[0-9]{0,4}", 4)])
-def test_expanded_size_writes_out_bounded_repetitions(regex, size):
-    assert expanded_size(parse(regex)) == size
+def test_size_writes_out_bounded_repetitions(regex, size):
+    assert parse(regex).size == size
+
+
+def test_a_repeated_group_is_one_tree():
+    tree = parse(r"(?:a[bc)]*d)x(?:a[bc)]*d)")
+    assert tree.items[0] is tree.items[2]
+    assert parse(r"e(?:a[bc)]*d)").items[1] is tree.items[0]
+    nested = parse(r"(?:[[a-c]&&[^b(]]|z)")  # a Rust nested class holding a parenthesis
+    assert nested == Alt((Atom("[[a-c]&&[^b(]]"), Atom("z")))
+
+
+def test_byte_sizes_over_rules():
+    r, a, b = placeholder("r"), placeholder("a"), placeholder("b")
+    rules = {"r": parse(rf"\[(?:{r}(?:,{r})*)?\]"), "a": parse(f"x{b}"), "b": parse("yy(?:zzz)?")}
+    sizes = ByteSizes(rules)
+    assert sizes.rules == {"r": 2, "a": 3, "b": 2}
+    assert sizes.max_optional_bytes(rules["r"]) == 3  # ",[]" (the repeated item); "[]" as the option
+    assert sizes.max_optional_bytes(rules["b"]) == 3  # "zzz" (a rule counts in its own tree)
+    assert sizes.min_bytes(parse(f"{a}{a}")) == 6
