@@ -105,6 +105,7 @@ from gdserve.grammar.json_schema_norm import (
     _Alts,
     _esc,
     _json_equal,
+    _unique_json,
     _Node,
     _show,
     _Sub,
@@ -181,6 +182,7 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     open_objects: objects admit undeclared keys wherever the schema does (see the module docstring)."""
     schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
     c = _Compiler(schema, ws_inline, ws_break, lenient, open_objects=open_objects)
+    c.max_regex_chars = max_regex_chars
     rx = c.compile_root()
     if len(rx) > max_regex_chars:
         raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
@@ -237,6 +239,14 @@ class _Rules:
     names: dict[tuple, str] = field(default_factory=dict)  # position key -> rule name
     active: set[tuple] = field(default_factory=set)  # positions being compiled (a cycle's entry)
     by_body: dict[str, str] = field(default_factory=dict)  # a large subschema's regex -> its rule
+
+
+def _open_object_error(n: _Node) -> RecursiveSchemaError:
+    """Undeclared members anywhere among the declared ones: a regex repeats them at each position
+    (with a bounded any-value: DFAs of 10^4-10^5 states); the grammar path writes them once,
+    values exact at any depth."""
+    return RecursiveSchemaError(f"object at {_show(n.ptr)} admits undeclared keys among its declared "
+                                "ones (open_objects): a grammar")
 
 
 def _presence_sets(names: list[str], kind: str, branches: tuple) -> set[frozenset]:
@@ -337,6 +347,7 @@ class _Compiler(Normalizer):
                  rules: _Rules | None = None, open_objects: bool = False):
         super().__init__(root, lenient, parent)
         self.open_objects = open_objects if parent is None else parent.open_objects
+        self.max_regex_chars = MAX_REGEX_CHARS if parent is None else parent.max_regex_chars
         self.rules = rules
         self.rules_mode = rules is not None
         self.wsi = ws_inline
@@ -356,7 +367,12 @@ class _Compiler(Normalizer):
 
     def compile(self, conj: list[_Sub], width: int = 1) -> str | None:
         if self.rules is None:
-            return self._compile(conj, width)
+            out = self._compile(conj, width)
+            if out is not None and len(out) > self.max_regex_chars:  # no need to finish the whole
+                raise RegexTooLargeError(f"schema too large for the regex compiler: the regex of "
+                                         f"{_show(conj[0].ptr)} alone has {len(out)} characters "
+                                         f"(limit {self.max_regex_chars})")
+            return out
         # Grammar path: $ref cycles are cut here, where a position is reached again inside itself
         # (refs on the path are dropped, so only a cycle with no container in it still raises).
         conj = [replace(s, refs=frozenset()) for s in conj]
@@ -718,6 +734,11 @@ class _Compiler(Normalizer):
     def _object_body(self, n: _Node) -> str | None:
         sep = f"{self.wsi},{self.wsb}"
         names = list(n.props) + [r for r in n.required if r not in n.props]
+        if (self.rules is None and self.open_objects and names and n.additional is None and not n.pattern_props
+                and n.prop_names is None and n.max_props is None):
+            # what the check below finds once the members are compiled, known now: the grammar
+            # path's compile need not wait for the regex path's (the whole schema, at the root)
+            raise _open_object_error(n)
         kept_out = names + sorted(f for f in n.forbidden if f not in names)  # keys extra keys never spell
         members: list[tuple[str, bool, str]] = []
         for name in names:
@@ -793,11 +814,7 @@ class _Compiler(Normalizer):
                 rest = repeat(f"{sep}{m}", 0, map_max - 1, limits, self.narrowed, _show(n.max_props_ptr))
             if self.open_objects and members and map_max is None:
                 if self.rules is None:
-                    # Undeclared members anywhere among the declared ones: a regex repeats them at
-                    # each position (with a bounded any-value: DFAs of 10^4-10^5 states); the
-                    # grammar path writes them once, values exact at any depth.
-                    raise RecursiveSchemaError(f"object at {_show(n.ptr)} admits undeclared keys among its "
-                                               "declared ones (open_objects): a grammar")
+                    raise _open_object_error(n)
                 interleave = (list(members), m)
             members.append(("", False, m + rest))
         # property counts
@@ -1119,8 +1136,8 @@ class _Compiler(Normalizer):
                 vs = self._finite_values(c)
                 if vs is None:
                     return None
-                out += [v for v in vs if not any(_json_equal(v, w) for w in out)]
-            return out
+                out += vs
+            return _unique_json(out)
         if res.enum is not None:
             vals = res.enum
         elif res.types is not None and res.types <= {"null", "boolean"}:

@@ -27,6 +27,7 @@ from gdserve.grammar.json_schema_norm import (
     NOT_IN,
     _esc,
     _json_equal,
+    _json_key,
     _Sub,
     _value_types,
 )
@@ -93,6 +94,14 @@ def _number(v) -> Fraction | None:
 class Evaluator:
     def __init__(self, resolve: Callable[[object, _Sub], _Sub]):
         self.resolve = resolve  # Normalizer._resolve: ($ref, sub) -> target sub; GrammarError on a cycle
+        self._key_sets: dict[int, tuple[list, set]] = {}  # id(an enum list) -> (it, its _json_keys)
+
+    def _keys(self, values: list) -> set:
+        """The _json_keys of a schema's enum list (kept with it, so the id stays its own)."""
+        hit = self._key_sets.get(id(values))
+        if hit is None or hit[0] is not values:
+            hit = self._key_sets[id(values)] = (values, set(map(_json_key, values)))
+        return hit[1]
 
     def decide(self, subs: list[_Sub], value) -> bool | None:
         """Does value satisfy every sub (a conjunction)? A sub's `skip` keywords are left out:
@@ -168,11 +177,11 @@ class Evaluator:
         if "enum" in s:
             if not isinstance(s["enum"], list):
                 return None
-            out.append(any(_json_equal(v, w) for w in s["enum"]))
+            out.append(_json_key(v) in self._keys(s["enum"]))
         if "const" in s:
             out.append(_json_equal(v, s["const"]))
         if NOT_IN in s:
-            out.append(not any(_json_equal(v, w) for w in s[NOT_IN]))
+            out.append(_json_key(v) not in self._keys(s[NOT_IN]))
         return _all(out)
 
     def _numeric(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
@@ -289,7 +298,7 @@ class Evaluator:
         if "maxItems" in s:
             out.append(len(v) <= s["maxItems"])
         if s.get("uniqueItems") is True:
-            out.append(not any(_json_equal(v[i], v[j]) for i in range(len(v)) for j in range(i)))
+            out.append(len(set(map(_json_key, v))) == len(v))
         if "contains" in s:
             hits = [self._child(s["contains"], f"{p}/contains", x) for x in v]
             if None in hits:

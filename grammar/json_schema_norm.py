@@ -145,6 +145,28 @@ def _json_equal(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _json_key(v) -> tuple:
+    """A hashable key, equal for values _json_equal holds equal (1 and 1.0 one number, true not 1):
+    membership among thousands of enum values in a set, not pairwise."""
+    if isinstance(v, bool):
+        return (0, v)
+    if isinstance(v, (int, float)):
+        return (1, v)
+    if isinstance(v, list):
+        return (2, tuple(map(_json_key, v)))
+    if isinstance(v, dict):
+        return (3, frozenset((k, _json_key(x)) for k, x in v.items()))
+    return (4, type(v).__name__, v)
+
+
+def _unique_json(values: list) -> list:
+    """values without repeats (_json_equal), first occurrences in order."""
+    out: dict = {}
+    for v in values:
+        out.setdefault(_json_key(v), v)
+    return list(out.values())
+
+
 def _to_decimal(v, kw: str, ptr: str) -> Decimal:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise GrammarError(f"'{kw}' at {_show(ptr)} must be a number")
@@ -477,8 +499,9 @@ class Normalizer:
             ok = self._evaluator.decide(flat, v)
             if ok is None:
                 return False
-            if ok and not any(_json_equal(v, w) for w in kept):
+            if ok:
                 kept.append(v)
+        kept = _unique_json(kept)
         if not kept:
             what = "allOf" if any("/allOf/" in s.ptr[len(ptr):] for s in flat) else "schema"
             self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no enum/const value passes "
@@ -505,7 +528,7 @@ class Normalizer:
             if FORBID in s:
                 n.forbidden |= set(s[FORBID])
             if NOT_IN in s:
-                n.excluded += [v for v in s[NOT_IN] if not any(_json_equal(v, w) for w in n.excluded)]
+                n.excluded = _unique_json(n.excluded + list(s[NOT_IN]))
             if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
                 raise AssertionError
             if "type" in s:
@@ -522,12 +545,10 @@ class Normalizer:
                 if not isinstance(vals, list):
                     raise GrammarError(f"'enum' at {_show(p)} must be an array")
                 if n.enum is None:
-                    n.enum = []
-                    for v in vals:
-                        if not any(_json_equal(v, w) for w in n.enum):
-                            n.enum.append(v)
+                    n.enum = _unique_json(vals)
                 else:
-                    n.enum = [v for v in n.enum if any(_json_equal(v, w) for w in vals)]
+                    keys = set(map(_json_key, vals))
+                    n.enum = [v for v in n.enum if _json_key(v) in keys]
             self._bounds(n, s, p)
             if "minLength" in s:
                 n.min_len = max(n.min_len, _to_count(s["minLength"], "minLength", p))
@@ -610,7 +631,8 @@ class Normalizer:
             self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no type is allowed by all parts)")
             return None
         if n.enum is not None and n.excluded:
-            n.enum = [v for v in n.enum if not any(_json_equal(v, w) for w in n.excluded)]
+            excluded = set(map(_json_key, n.excluded))
+            n.enum = [v for v in n.enum if _json_key(v) not in excluded]
             n.excluded = []
         if n.enum is not None and not n.enum:
             self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no value is in every enum/const)")
@@ -746,7 +768,7 @@ class Normalizer:
         if not common:
             return True
         if a.enum is not None and b.enum is not None:
-            return not any(_json_equal(x, y) for x in a.enum for y in b.enum)
+            return not set(map(_json_key, a.enum)) & set(map(_json_key, b.enum))
         if common <= {"integer", "fraction"}:
             return _ranges_disjoint(a, b)
         if common == {"string"} and _patterns_disjoint(a, b):

@@ -1403,6 +1403,9 @@ def test_regex_size_limit():
     regex, _ = schema_to_regex(wide)
     with pytest.raises(RegexTooLargeError, match="too large"):
         schema_to_regex(wide, max_regex_chars=len(regex) - 1)
+    # found where a subschema's regex alone passes the limit, not once the whole is written
+    with pytest.raises(RegexTooLargeError, match="wide alone has"):
+        schema_to_regex({"type": "array", "items": {"properties": {"wide": wide}}}, max_regex_chars=len(regex) - 1)
     # short, but 60 strings of up to 200 characters written out: ~470k positions to index
     long_strings = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(60)}}
     with pytest.raises(RegexTooLargeError, match="expands to"):

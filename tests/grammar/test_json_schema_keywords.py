@@ -70,6 +70,10 @@ def test_enum_filtered_by_keywords_the_compiler_lacks():
                   "then": {"properties": {"a": {"minimum": 2}}}}, [{"a": "x"}], [{"a": 1}])
     with pytest.raises(GrammarError, match="unsatisfiable"):
         schema_to_regex({"const": 3, "not": {"type": "integer"}})
+    # thousands of values: repeats (1 and 1.0, not true) and exclusions found by key, not pairwise
+    assert_exact({"enum": [*range(2000), 1.0, True, [1, {"a": 2}], [1.0, {"a": 2.0}]],
+                  "not": {"enum": [*range(0, 2000, 2), [1, {"a": 2}]]}},
+                 [1, 1999, True, 1.0], [0, 1998, False, 2000, [1, {"a": 2}]])
 
 
 def test_enum_evaluation_falls_back_when_undecidable():
