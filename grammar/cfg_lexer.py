@@ -19,6 +19,7 @@ Otherwise (Lark and GBNF grammars, which their users lex with lark):
   merging makes a reduce lead to an error, and there lark fails anyway).
 The product DFA's start state has no way back in, so "at start" means "empty lexeme".
 """
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
@@ -27,6 +28,7 @@ import numpy as np
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
+from gdserve.grammar.regex_tree import RULE_OPEN, Atom, Seq, parse
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 
@@ -44,9 +46,62 @@ def terminal_dfa(t: Terminal) -> ByteDFA:
 def _regex_dfa(regex: str) -> ByteDFA:
     """The terminal's DFA, started after the sentinel of indexed_pattern. Grammars share most
     terminals (strings, numbers, punctuation with whitespace): a compile worker builds each DFA
-    once. The arrays are never written."""
+    once. A terminal that starts with literal bytes (a JSON key: `"name"` then whitespace, `:` and
+    the value) is those bytes as a chain of states before the DFA of the rest, which keys with
+    values alike share. The arrays are never written."""
+    prefix, rest = _literal_prefix(regex)
+    if prefix and rest:
+        return _chained(prefix, _regex_dfa(rest))
     dfa = build_byte_dfa(indexed_pattern(regex))
     return replace(dfa, start=start_state(dfa))
+
+
+_LITERAL_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|([^0-9A-Za-z]))")
+
+
+def _literal_prefix(regex: str) -> tuple[bytes, str]:
+    """(the bytes every match starts with, spelled by the regex's leading plain characters, the
+    rest of the regex): (b"", regex) where the regex does not start so or is not ours to read."""
+    try:
+        tree = parse(regex)
+    except GrammarError:
+        return b"", regex
+    if not isinstance(tree, Seq):
+        return b"", regex
+    out, pos = [], 0
+    for item in tree.items:
+        if not isinstance(item, Atom):
+            break
+        text = item.text
+        if len(text) == 1 and text not in ".^$" and text != RULE_OPEN:
+            out.append(text)
+        elif (m := _LITERAL_ESCAPE.fullmatch(text)) is not None:
+            out.append(chr(int(m.group(1), 16)) if m.group(1) else m.group(2))
+        else:
+            break
+        pos += len(text)
+    return "".join(out).encode(), regex[pos:]
+
+
+def _chained(prefix: bytes, rest: ByteDFA) -> ByteDFA:
+    """The DFA of prefix's bytes, then rest's language: one state per byte of the prefix before
+    rest's states (its dead state stays the last), each prefix byte a byte class of its own."""
+    n = len(prefix)
+    own = np.full(256, 256, dtype=np.int64)
+    own[list(prefix)] = list(prefix)
+    key = rest.classes.astype(np.int64) * 257 + own
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    renumber = np.empty(len(first), dtype=np.int64)
+    renumber[np.argsort(first)] = np.arange(len(first))  # classes in order of their first byte
+    classes = renumber[inverse.reshape(256)].astype(np.uint8)
+    old_class = rest.classes[np.sort(first)]             # each new class's class in rest
+    dead = n + rest.dead
+    trans = np.full((dead + 1, len(first)), dead, dtype=np.int32)
+    trans[n:] = rest.trans[:, old_class] + n
+    for i, b in enumerate(prefix):
+        trans[i, classes[b]] = i + 1 if i + 1 < n else rest.start + n
+    final = np.concatenate([np.zeros(n, dtype=bool), rest.final])
+    return ByteDFA(classes, trans, final, 0)
 
 
 def _preference(spec: CfgSpec, tid: int) -> tuple:

@@ -1,0 +1,44 @@
+"""cfg_lexer: a terminal's DFA built from a literal prefix chained before the DFA of the rest is
+the DFA of the whole regex."""
+import pytest
+
+from gdserve.grammar.cfg_lexer import _literal_prefix, _regex_dfa
+from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, start_state
+
+
+def equivalent(a, b) -> bool:
+    """Same language from their starts: no reachable pair of states disagrees on accepting."""
+    joint = sorted(set(zip(a.classes.tolist(), b.classes.tolist())))
+    ta, tb = a.trans.tolist(), b.trans.tolist()
+    seen, todo = {(a.start, b.start)}, [(a.start, b.start)]
+    while todo:
+        x, y = todo.pop()
+        if a.final[x] != b.final[y]:
+            return False
+        for ca, cb in joint:
+            pair = (ta[x][ca], tb[y][cb])
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+def direct(regex: str):
+    dfa = build_byte_dfa(indexed_pattern(regex))
+    return dfa.__class__(dfa.classes, dfa.trans, dfa.final, start_state(dfa))
+
+
+@pytest.mark.parametrize("regex,prefix,rest", [
+    (r'"height"[ \t]?:[ \t]?-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?', b'"height"', r"[ \t]?:[ \t]?-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"),
+    (r"\{(?:[ \t]?|\n[ \t]{0,24})", b"{", r"(?:[ \t]?|\n[ \t]{0,24})"),
+    (r'"\xe9t\x41"x*', '"\xe9tA"'.encode(), "x*"),  # non-ASCII: its UTF-8 bytes
+    (r"a\.b[0-9]+", b"a.b", "[0-9]+"),
+    (r'"k"(?:"(?:[^"\\]|\\.)*")?', b'"k"', r'(?:"(?:[^"\\]|\\.)*")?'),  # the rest may match ""
+    (r"ab|cd", b"", r"ab|cd"),  # no common literal start read
+    (r"abc", b"abc", ""),       # nothing after it: the regex is built whole
+    (r"ab?c", b"a", "b?c"),
+])
+def test_chained_prefix_is_the_whole_regex(regex, prefix, rest):
+    assert _literal_prefix(regex) == (prefix, rest)
+    assert equivalent(_regex_dfa(regex), direct(regex))
+    assert not equivalent(_regex_dfa(regex), direct(regex + "x"))
