@@ -144,15 +144,16 @@ class _Builder:
         read = _digraph(reads, direct)
         includes: list[list[int]] = [[] for _ in nt_trans]
         lookback: dict[tuple[int, int], list[int]] = {}
-        item_sym = self.item_sym
+        item_sym, trans, num_nt = self.item_sym, self.trans, self.num_nt
+        tails = self._nullable_tails()
         for k, (p, b) in enumerate(nt_trans):
             for r in self.by_origin[b]:
-                state, start, end = p, self.base[r], self.base[r] + self.rule_len[r]
-                for i in range(start, end):
+                state, start, tail = p, self.base[r], tails[r]
+                for i in range(start, start + self.rule_len[r]):
                     s = item_sym[i]
-                    if self._is_nt(s) and all(self._is_nt(t) and self.nullable[t] for t in item_sym[i + 1:end]):
+                    if s < num_nt and i + 1 >= tail:
                         includes[nt_index[(state, s)]].append(k)
-                    state = self.trans[state][s]
+                    state = trans[state][s]
                 lookback.setdefault((state, r), []).append(k)
         follow = _digraph(includes, read)
         la = {}
@@ -162,6 +163,17 @@ class _Builder:
                 bits |= follow[k]
             la[key] = bits
         return la
+
+    def _nullable_tails(self) -> list[int]:
+        """Per rule, the first item from which every symbol to the rule's end is a nullable
+        nonterminal (its end where the last symbol is not)."""
+        out = []
+        for r, start in enumerate(self.base):
+            i = start + self.rule_len[r]
+            while i > start and self._is_nt(self.item_sym[i - 1]) and self.nullable[self.item_sym[i - 1]]:
+                i -= 1
+            out.append(i)
+        return out
 
     # ---- the table ----------------------------------------------------------------------------
     def table(self, keep_conflicts: bool = False) -> LalrTable:
