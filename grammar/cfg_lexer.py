@@ -50,7 +50,7 @@ def _regex_dfa(regex: str) -> ByteDFA:
     the value) is those bytes as a chain of states before the DFA of the rest, which keys with
     values alike share. The arrays are never written."""
     prefix, rest = _literal_prefix(regex)
-    if prefix and rest:
+    if prefix:
         return _chained(prefix, _regex_dfa(rest))
     dfa = build_byte_dfa(indexed_pattern(regex))
     return replace(dfa, start=start_state(dfa))
@@ -60,27 +60,33 @@ _LITERAL_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|([^0-9A-Za-z]))")
 
 
 def _literal_prefix(regex: str) -> tuple[bytes, str]:
-    """(the bytes every match starts with, spelled by the regex's leading plain characters, the
-    rest of the regex): (b"", regex) where the regex does not start so or is not ours to read."""
+    """(the bytes every match starts with, spelled by the regex's leading plain characters but the
+    last of them, the rest of the regex): (b"", regex) where the regex does not start so or is
+    not ours to read. The rest keeps one literal character in front: outlines-core takes time
+    exponential in the bound on a pattern that starts with a bounded repetition (a string of
+    3-256 characters: minutes), and milliseconds where a character comes first."""
     try:
         tree = parse(regex)
     except GrammarError:
         return b"", regex
     if not isinstance(tree, Seq):
         return b"", regex
-    out, pos = [], 0
+    chars, ends, pos = [], [], 0
     for item in tree.items:
         if not isinstance(item, Atom):
             break
         text = item.text
         if len(text) == 1 and text not in ".^$" and text != RULE_OPEN:
-            out.append(text)
+            chars.append(text)
         elif (m := _LITERAL_ESCAPE.fullmatch(text)) is not None:
-            out.append(chr(int(m.group(1), 16)) if m.group(1) else m.group(2))
+            chars.append(chr(int(m.group(1), 16)) if m.group(1) else m.group(2))
         else:
             break
         pos += len(text)
-    return "".join(out).encode(), regex[pos:]
+        ends.append(pos)
+    if len(chars) < 2:
+        return b"", regex
+    return "".join(chars[:-1]).encode(), regex[ends[-2]:]
 
 
 def _chained(prefix: bytes, rest: ByteDFA) -> ByteDFA:
