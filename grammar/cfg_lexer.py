@@ -28,7 +28,7 @@ import numpy as np
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
-from gdserve.grammar.regex_tree import RULE_OPEN, Atom, Seq, parse
+from gdserve.grammar.regex_tree import alternates_at_top
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 
@@ -47,8 +47,9 @@ def _regex_dfa(regex: str) -> ByteDFA:
     """The terminal's DFA, started after the sentinel of indexed_pattern. Grammars share most
     terminals (strings, numbers, punctuation with whitespace): a compile worker builds each DFA
     once. A terminal that starts with literal bytes (a JSON key: `"name"` then whitespace, `:` and
-    the value) is those bytes as a chain of states before the DFA of the rest, which keys with
-    values alike share. The arrays are never written."""
+    the value) is those bytes but the last as a chain of states before the DFA of the rest (`"`,
+    whitespace, `:`, the value), which keys with values alike share. The arrays are never
+    written."""
     prefix, rest = _literal_prefix(regex)
     if prefix:
         return _chained(prefix, _regex_dfa(rest))
@@ -56,37 +57,33 @@ def _regex_dfa(regex: str) -> ByteDFA:
     return replace(dfa, start=start_state(dfa))
 
 
-_LITERAL_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|([^0-9A-Za-z]))")
+_LITERAL_UNIT = r"[^\\\[\](){}|?*+.^$]|\\x[0-9a-fA-F]{2}|\\[^0-9A-Za-z]"
+_LITERAL_RUN = re.compile(f"(?:{_LITERAL_UNIT})+")
+_UNITS = re.compile(_LITERAL_UNIT)
 
 
 def _literal_prefix(regex: str) -> tuple[bytes, str]:
     """(the bytes every match starts with, spelled by the regex's leading plain characters but the
-    last of them, the rest of the regex): (b"", regex) where the regex does not start so or is
-    not ours to read. The rest keeps one literal character in front: outlines-core takes time
-    exponential in the bound on a pattern that starts with a bounded repetition (a string of
-    3-256 characters: minutes), and milliseconds where a character comes first."""
-    try:
-        tree = parse(regex)
-    except GrammarError:
+    last of them, the rest of the regex): (b"", regex) where the regex does not start so. The
+    rest keeps one literal character in front: outlines-core takes time exponential in the bound
+    on a pattern that starts with a bounded repetition (a string of 3-256 characters: minutes),
+    and milliseconds where a character comes first."""
+    run = _LITERAL_RUN.match(regex)
+    if run is None:
         return b"", regex
-    if not isinstance(tree, Seq):
+    units = _UNITS.findall(run.group())
+    if regex[run.end():run.end() + 1] in ("?", "*", "+", "{"):
+        units.pop()  # the quantifier's operand
+    if len(units) < 2 or alternates_at_top(regex):
         return b"", regex
-    chars, ends, pos = [], [], 0
-    for item in tree.items:
-        if not isinstance(item, Atom):
-            break
-        text = item.text
-        if len(text) == 1 and text not in ".^$" and text != RULE_OPEN:
-            chars.append(text)
-        elif (m := _LITERAL_ESCAPE.fullmatch(text)) is not None:
-            chars.append(chr(int(m.group(1), 16)) if m.group(1) else m.group(2))
-        else:
-            break
-        pos += len(text)
-        ends.append(pos)
-    if len(chars) < 2:
-        return b"", regex
-    return "".join(chars[:-1]).encode(), regex[ends[-2]:]
+    return "".join(map(_unit_char, units[:-1])).encode(), regex[sum(map(len, units[:-1])):]
+
+
+def _unit_char(unit: str) -> str:
+    """The character a _LITERAL_UNIT stands for."""
+    if len(unit) == 1:
+        return unit
+    return chr(int(unit[2:], 16)) if unit.startswith("\\x") else unit[1]
 
 
 def _chained(prefix: bytes, rest: ByteDFA) -> ByteDFA:

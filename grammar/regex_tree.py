@@ -113,7 +113,7 @@ def parse(text: str) -> Node:
 _GROUPS: dict[str, Node] = {}  # group or regex text -> its tree (short texts only)
 _GROUP_TEXT_MAX = 4096
 _GROUPS_MAX = 100_000
-_GROUP_SYNTAX = re.compile(r"\\.|[\[\]()]", re.S)
+_SYNTAX = re.compile(r"\\.|[\[\]()|]", re.S)
 
 
 def _remember(text: str, node: Node) -> None:
@@ -124,10 +124,20 @@ def _remember(text: str, node: Node) -> None:
 
 
 def _group_ends(text: str) -> dict[int, int]:
-    """Each group's `(` index -> its `)` index, outside character classes (nested as in Rust,
-    a leading `]` literal: regex._class_end's reading) and escapes."""
-    ends, opens, depth, literal_at = {}, [], 0, -1
-    for m in _GROUP_SYNTAX.finditer(text):
+    """Each group's `(` index -> its `)` index (see _structure)."""
+    return _structure(text)[0]
+
+
+def alternates_at_top(text: str) -> bool:
+    """Whether the regex has a `|` outside every group (then no text is common to all matches)."""
+    return _structure(text)[1]
+
+
+def _structure(text: str) -> tuple[dict[int, int], bool]:
+    """(each group's `(` index -> its `)` index, a `|` at depth 0), outside character classes
+    (nested as in Rust, a leading `]` literal: regex._class_end's reading) and escapes."""
+    ends, opens, depth, literal_at, top_bar = {}, [], 0, -1, False
+    for m in _SYNTAX.finditer(text):
         c, i = m.group(), m.start()
         if depth:
             if c == "[":
@@ -142,7 +152,9 @@ def _group_ends(text: str) -> dict[int, int]:
         elif c == "[":
             depth = 1
             literal_at = i + 1 + text.startswith("^", i + 1)
-    return ends
+        elif c == "|" and not opens:
+            top_bar = True
+    return ends, top_bar
 
 
 def to_regex(node: Node, memo: dict[int, str] | None = None) -> str:
