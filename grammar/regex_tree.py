@@ -21,31 +21,31 @@ def placeholder(name: str) -> str:
     return f"{RULE_OPEN}{name}{RULE_CLOSE}"
 
 
-# Each node carries what callers ask of every node on the way down, computed once when it is
-# made (children first): `rules` (it holds a rule placeholder), `size` (atoms with every bounded
-# repetition written out: the size of the position automaton the regex path determinizes, which
-# predicts its cost better than the regex's length: a 9k-character regex of nested bounded
-# repetitions can need gigabytes), `sizes` ((fewest UTF-8 bytes, longest shortest text of an
-# optional part), see ByteSizes; None where a rule is held).
-_DERIVED = dict(init=False, compare=False, repr=False)
+@dataclass(frozen=True)
+class _Derived:
+    """What callers ask of every node on the way down, computed once when a node is made
+    (children first): `rules` (it holds a rule placeholder), `size` (atoms with every bounded
+    repetition written out: the size of the position automaton the regex path determinizes,
+    which predicts its cost better than the regex's length: a 9k-character regex of nested
+    bounded repetitions can need gigabytes), `sizes` ((fewest UTF-8 bytes, longest shortest text
+    of an optional part), see ByteSizes; None where a rule is held)."""
+    rules: bool = field(init=False, compare=False, repr=False)
+    size: int = field(init=False, compare=False, repr=False)
+    sizes: tuple[int, int] | None = field(init=False, compare=False, repr=False)
 
-
-def _derive(node, rules: bool, size: int, sizes: tuple[int, int] | None) -> None:
-    object.__setattr__(node, "rules", rules)
-    object.__setattr__(node, "size", size)
-    object.__setattr__(node, "sizes", None if rules else sizes)
+    def _derive(self, rules: bool, size: int, sizes: tuple[int, int] | None) -> None:
+        object.__setattr__(self, "rules", rules)
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "sizes", None if rules else sizes)
 
 
 @dataclass(frozen=True)
-class Atom:
+class Atom(_Derived):
     text: str   # a character, an escape, a class, `.`, or an opaque flag group
-    rules: bool = field(**_DERIVED)
-    size: int = field(**_DERIVED)
-    sizes: tuple[int, int] | None = field(**_DERIVED)
 
     def __post_init__(self):
         rule = self.text.startswith(RULE_OPEN)
-        _derive(self, rule, 1, None if rule else (_atom_bytes(self.text), 0))
+        self._derive(rule, 1, None if rule else (_atom_bytes(self.text), 0))
 
     @property
     def rule(self) -> str | None:
@@ -53,44 +53,35 @@ class Atom:
 
 
 @dataclass(frozen=True)
-class Seq:
+class Seq(_Derived):
     items: tuple
-    rules: bool = field(**_DERIVED)
-    size: int = field(**_DERIVED)
-    sizes: tuple[int, int] | None = field(**_DERIVED)
 
     def __post_init__(self):
         rules = any([x.rules for x in self.items])
-        _derive(self, rules, sum([x.size for x in self.items]), None if rules else
-                (sum([x.sizes[0] for x in self.items]), max([x.sizes[1] for x in self.items], default=0)))
+        self._derive(rules, sum([x.size for x in self.items]), None if rules else
+                     (sum([x.sizes[0] for x in self.items]), max([x.sizes[1] for x in self.items], default=0)))
 
 
 @dataclass(frozen=True)
-class Alt:
+class Alt(_Derived):
     options: tuple
-    rules: bool = field(**_DERIVED)
-    size: int = field(**_DERIVED)
-    sizes: tuple[int, int] | None = field(**_DERIVED)
 
     def __post_init__(self):
         rules = any([x.rules for x in self.options])
-        _derive(self, rules, sum([x.size for x in self.options]), None if rules else
-                (min([x.sizes[0] for x in self.options]), max([max(x.sizes) for x in self.options])))
+        self._derive(rules, sum([x.size for x in self.options]), None if rules else
+                     (min([x.sizes[0] for x in self.options]), max([max(x.sizes) for x in self.options])))
 
 
 @dataclass(frozen=True)
-class Repeat:
+class Repeat(_Derived):
     item: object
     lo: int
     hi: int | None  # None: unbounded
-    rules: bool = field(**_DERIVED)
-    size: int = field(**_DERIVED)
-    sizes: tuple[int, int] | None = field(**_DERIVED)
 
     def __post_init__(self):
         item = self.item
-        _derive(self, item.rules, max(self.lo if self.hi is None else self.hi, 1) * item.size,
-                None if item.rules else (self.lo * item.sizes[0], max(item.sizes)))
+        self._derive(item.rules, max(self.lo if self.hi is None else self.hi, 1) * item.size,
+                     None if item.rules else (self.lo * item.sizes[0], max(item.sizes)))
 
 
 Node = Atom | Seq | Alt | Repeat
