@@ -134,19 +134,11 @@ def _value_types(v) -> set:
 
 
 def _json_equal(a, b) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    return _json_key(a) == _json_key(b)
 
 
 def _json_key(v) -> tuple:
-    """A hashable key, equal for values _json_equal holds equal (1 and 1.0 one number, true not 1):
+    """A hashable key, equal exactly for equal JSON values (1 and 1.0 one number, true not 1):
     membership among thousands of enum values in a set, not pairwise."""
     if isinstance(v, bool):
         return (0, v)
