@@ -28,7 +28,9 @@ import numpy as np
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
-from gdserve.grammar.regex_tree import alternates_at_top
+from gdserve.grammar.dfa_ops import concat, repeat
+from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, Alt, Atom, Node, Repeat, Seq,
+                                       alternates_at_top, parse, to_regex)
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 
@@ -53,8 +55,87 @@ def _regex_dfa(regex: str) -> ByteDFA:
     prefix, rest = _literal_prefix(regex)
     if prefix:
         return _chained(prefix, _regex_dfa(rest))
-    dfa = build_byte_dfa(indexed_pattern(regex))
-    return replace(dfa, start=start_state(dfa))
+    composed = _composed(regex)
+    if composed is not None:
+        return composed
+    dfa = build_byte_dfa(indexed_pattern(f"{_MARK}(?:{regex})"))
+    return replace(dfa, start=dfa.walk(start_state(dfa), _MARK_BYTES))
+
+
+# A byte read before the regex: outlines-core takes time exponential in the bound on a regex that
+# starts with a bounded repetition of a group (a JSON string character's 14 copies: 2 s, 16: 8 s)
+# even after indexed_pattern's sentinel; after one ASCII byte, milliseconds.
+_MARK, _MARK_BYTES = "\\x01", b"\x01"
+
+
+_BOUNDS = re.compile(r"(\)?)\{(\d*),(\d+)\}")  # a bounded quantifier, after a group or not
+
+
+def _composed(regex: str) -> ByteDFA | None:
+    """The DFA of a regex whose sequence holds a long bounded repetition (a string's
+    maxLength), put together from its parts' DFAs (dfa_ops): outlines-core takes ~20 µs a
+    state, and time exponential in the bound where the repetition comes first. None where the
+    regex has no such repetition, is not in the generated dialect, has anchors or lookarounds
+    (which a cut would cut off from their context), or a seam is not deterministic."""
+    if not any(int(hi) - int(lo or 0) >= LONG_REPEAT_COPIES and (group or int(hi) >= LONG_REPEAT_SIZE)
+               for group, lo, hi in _BOUNDS.findall(regex)):
+        return None  # no long repetition (whitespace's `[ \t]{0,24}` is not): not parsed
+    try:
+        node = parse(regex)
+    except GrammarError:
+        return None
+    if not _long_repeat_on_spine(node) or not _context_free(node):
+        return None
+    return _compose(node)
+
+
+def _composable(node: Node) -> bool:
+    """A repetition the prefilter lets through: LONG_REPEAT_COPIES optional copies or more, of a
+    group (which outlines-core is slowest on) or LONG_REPEAT_SIZE of an atom."""
+    return (isinstance(node, Repeat) and node.hi is not None and node.hi - node.lo >= LONG_REPEAT_COPIES
+            and (not isinstance(node.item, Atom) or node.hi >= LONG_REPEAT_SIZE))
+
+
+def _long_repeat_on_spine(node: Node) -> bool:
+    return _composable(node) or isinstance(node, Seq) and any(map(_long_repeat_on_spine, node.items))
+
+
+def _context_free(node: Node) -> bool:
+    if isinstance(node, Atom):
+        return not (node.text in ("^", "$") or node.text.startswith("(?") or node.text in _ASSERTIONS)
+    children = node.items if isinstance(node, Seq) else node.options if isinstance(node, Alt) else [node.item]
+    return all(map(_context_free, children))
+
+
+_ASSERTIONS = ("\\b", "\\B", "\\A", "\\z", "\\Z")
+
+
+def _compose(node: Node) -> ByteDFA | None:
+    if _composable(node):
+        item = _part(node.item)
+        return None if item is None else repeat(item, node.lo, node.hi)
+    parts, run = [], []
+    for item in node.items:
+        if _long_repeat_on_spine(item):
+            parts += [Seq(tuple(run))] if len(run) > 1 else run
+            parts.append(item)
+            run = []
+        else:
+            run.append(item)
+    parts += [Seq(tuple(run))] if len(run) > 1 else run
+    dfa = None
+    for part in parts:
+        d = _part(part)
+        if d is None:
+            return None
+        dfa = d if dfa is None else concat(dfa, d)
+        if dfa is None:
+            return None
+    return dfa
+
+
+def _part(node: Node) -> ByteDFA | None:
+    return _compose(node) if _long_repeat_on_spine(node) else _regex_dfa(to_regex(node))
 
 
 _LITERAL_UNIT = r"[^\\\[\](){}|?*+.^$]|\\x[0-9a-fA-F]{2}|\\[^0-9A-Za-z]"

@@ -20,8 +20,8 @@ from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.lalr import Rule
 from gdserve.grammar.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
-from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, nonempty, nullable, parse,
-                                       to_regex)
+from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, is_long_repeat, nonempty,
+                                       nullable, parse, to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
 TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex_tree's node.size) of one terminal, ~its DFA states
@@ -111,10 +111,10 @@ class _BnfWriter:
             self.rules_used.add(node.rule)
             return node.rule
         if isinstance(node, Seq):
-            runs = _runs(node.items, self._structural)
+            runs = _runs(node.items, self._apart)
             self.made += runs
-            if runs == [node]:
-                return self.terminal(node)  # big, but no part is written as rules
+            if runs == [node]:  # big, but no part is written as rules: cut into terminals
+                return " ".join(p for p in map(self.expr, self._chunks(node)) if p)
             return " ".join(p for p in map(self.expr, runs) if p)
         if isinstance(node, Alt):
             return self._helper(list(dict.fromkeys(self.expr(o) for o in node.options)))
@@ -124,13 +124,36 @@ class _BnfWriter:
     def _structural(self, node: Node) -> bool:
         """Whether node is written as rules: it holds one, or it is too big for one terminal
         (a map of 64 string pairs: 10^6 DFA states) and splits (a sequence, an alternation, a
-        repetition of at most SPLIT_REPEAT_MAX items)."""
+        repetition of at most SPLIT_REPEAT_MAX items), or it holds a long repetition (a string's
+        maxLength), which becomes a terminal of its own: one DFA shared by every key whose value
+        it is, built from its item's (cfg_lexer), where inside each key's terminal it would be
+        thousands of states per key."""
         if node.rules:
             return True
         if isinstance(node, Atom) or (isinstance(node, Repeat) and node.hi is not None
                                       and node.hi - node.lo > SPLIT_REPEAT_MAX):
             return False
-        return node.size > TERMINAL_MAX_SIZE
+        return node.size > TERMINAL_MAX_SIZE or (node.long and not is_long_repeat(node))
+
+    def _apart(self, node: Node) -> bool:
+        """Whether a sequence's item is written on its own (not joined with its neighbours)."""
+        return self._structural(node) or is_long_repeat(node)
+
+    def _chunks(self, node: Seq) -> list[Node]:
+        """The items of a big rule-free sequence in consecutive runs of at most TERMINAL_MAX_SIZE
+        each (an item bigger than that alone): an object of many small optional members is one
+        terminal per few members, not one DFA of all (any cut is the same language: the spec is
+        exact)."""
+        out, run, size = [], [], 0
+        for item in node.items:
+            if run and size + item.size > TERMINAL_MAX_SIZE:
+                out.append(Seq(tuple(run)) if len(run) > 1 else run[0])
+                run, size = [], 0
+            run.append(item)
+            size += item.size
+        out.append(Seq(tuple(run)) if len(run) > 1 else run[0])
+        self.made += out
+        return out
 
     def _repeat(self, item: str, lo: int, hi: int | None) -> str:
         """item repeated lo..hi times: the required copies, then a left-recursive rule for an
@@ -156,19 +179,22 @@ class _BnfWriter:
 
     def terminal(self, node: Node) -> str:
         if nullable(node):
-            node = nonempty(node)
-            self.made.append(node)
-            return "" if node is None else self._helper([self.terminal(node), ""])
+            whole = nonempty(node)
+            self.made.append(whole)
+            if isinstance(node, Seq) and whole is not None and whole.size > TERMINAL_MAX_SIZE:
+                # a run of optional parts: its nonempty form repeats each part's followers
+                return " ".join(p for p in map(self.terminal, node.items) if p)
+            return "" if whole is None else self._helper([self.terminal(whole), ""])
         regex = to_regex(node, self.texts)
         name = self.terminals.setdefault(regex, f"T{len(self.terminals)}")
         return name
 
 
-def _runs(items: tuple, structural) -> list[Node]:
-    """A sequence's items with each stretch of items not written as rules joined into one."""
+def _runs(items: tuple, apart) -> list[Node]:
+    """A sequence's items with each stretch of items not written apart joined into one."""
     out, run = [], []
     for item in items:
-        if structural(item):
+        if apart(item):
             if run:
                 out.append(Seq(tuple(run)))
                 run = []

@@ -28,15 +28,19 @@ class _Derived:
     repetition written out: the size of the position automaton the regex path determinizes,
     which predicts its cost better than the regex's length: a 9k-character regex of nested
     bounded repetitions can need gigabytes), `sizes` ((fewest UTF-8 bytes, longest shortest text
-    of an optional part), see ByteSizes; None where a rule is held)."""
+    of an optional part), see ByteSizes; None where a rule is held), `long` (it holds a long
+    repetition: LONG_REPEAT_COPIES optional copies or more, LONG_REPEAT_SIZE atoms or more, such
+    as a string's maxLength: the grammar path gives those a terminal of their own)."""
     rules: bool = field(init=False, compare=False, repr=False)
     size: int = field(init=False, compare=False, repr=False)
     sizes: tuple[int, int] | None = field(init=False, compare=False, repr=False)
+    long: bool = field(init=False, compare=False, repr=False)
 
-    def _derive(self, rules: bool, size: int, sizes: tuple[int, int] | None) -> None:
+    def _derive(self, rules: bool, size: int, sizes: tuple[int, int] | None, long: bool = False) -> None:
         object.__setattr__(self, "rules", rules)
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "sizes", None if rules else sizes)
+        object.__setattr__(self, "long", long)
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class Seq(_Derived):
     def __post_init__(self):
         rules = any([x.rules for x in self.items])
         self._derive(rules, sum([x.size for x in self.items]), None if rules else
-                     (sum([x.sizes[0] for x in self.items]), max([x.sizes[1] for x in self.items], default=0)))
+                     (sum([x.sizes[0] for x in self.items]), max([x.sizes[1] for x in self.items], default=0)),
+                     any([x.long for x in self.items]))
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class Alt(_Derived):
     def __post_init__(self):
         rules = any([x.rules for x in self.options])
         self._derive(rules, sum([x.size for x in self.options]), None if rules else
-                     (min([x.sizes[0] for x in self.options]), max([max(x.sizes) for x in self.options])))
+                     (min([x.sizes[0] for x in self.options]), max([max(x.sizes) for x in self.options])),
+                     any([x.long for x in self.options]))
 
 
 @dataclass(frozen=True)
@@ -80,11 +86,24 @@ class Repeat(_Derived):
 
     def __post_init__(self):
         item = self.item
-        self._derive(item.rules, max(self.lo if self.hi is None else self.hi, 1) * item.size,
-                     None if item.rules else (self.lo * item.sizes[0], max(item.sizes)))
+        size = max(self.lo if self.hi is None else self.hi, 1) * item.size
+        self._derive(item.rules, size, None if item.rules else (self.lo * item.sizes[0], max(item.sizes)),
+                     item.long or _long(self.lo, self.hi, size))
 
 
 Node = Atom | Seq | Alt | Repeat
+LONG_REPEAT_COPIES = 8
+LONG_REPEAT_SIZE = 256
+
+
+def is_long_repeat(node: Node) -> bool:
+    """A bounded repetition of LONG_REPEAT_COPIES optional copies and LONG_REPEAT_SIZE atoms or
+    more (`[ \\t]{0,24}` is not; a string of up to 20 characters is)."""
+    return isinstance(node, Repeat) and _long(node.lo, node.hi, node.size)
+
+
+def _long(lo: int, hi: int | None, size: int) -> bool:
+    return hi is not None and hi - lo >= LONG_REPEAT_COPIES and size >= LONG_REPEAT_SIZE
 EMPTY = Seq(())
 
 

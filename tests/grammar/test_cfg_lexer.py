@@ -3,29 +3,7 @@ the DFA of the whole regex."""
 import pytest
 
 from gdserve.grammar.cfg_lexer import _literal_prefix, _regex_dfa
-from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, start_state
-
-
-def equivalent(a, b) -> bool:
-    """Same language from their starts: no reachable pair of states disagrees on accepting."""
-    joint = sorted(set(zip(a.classes.tolist(), b.classes.tolist())))
-    ta, tb = a.trans.tolist(), b.trans.tolist()
-    seen, todo = {(a.start, b.start)}, [(a.start, b.start)]
-    while todo:
-        x, y = todo.pop()
-        if a.final[x] != b.final[y]:
-            return False
-        for ca, cb in joint:
-            pair = (ta[x][ca], tb[y][cb])
-            if pair not in seen:
-                seen.add(pair)
-                todo.append(pair)
-    return True
-
-
-def direct(regex: str):
-    dfa = build_byte_dfa(indexed_pattern(regex))
-    return dfa.__class__(dfa.classes, dfa.trans, dfa.final, start_state(dfa))
+from tests.grammar.dfa_check import direct, equivalent
 
 
 @pytest.mark.parametrize("regex,prefix,rest", [

@@ -4,6 +4,7 @@ several tokenizations; budgeted random walks end in valid instances; a mutant th
 valid; a $ref cycle with no container in it raises; SmolLM2's generations validate."""
 import json
 import random
+import re
 
 import jsonschema
 import numpy as np
@@ -59,6 +60,12 @@ SCHEMAS = {
         "contributors": {"type": "array", "items": {"type": "object"}},
         "tree": {"$ref": "#/$defs/n"}},
         "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}},
+    # strings of bounded length: each bound a terminal of its own (cfg_lexer composes its DFA)
+    "long_strings": {"$defs": {"n": {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 40},
+        "note": {"type": "string", "maxLength": 200},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}, "maxItems": 2}},
+        "required": ["name"], "additionalProperties": False}}, "$ref": "#/$defs/n"},
 }
 _COMPILED: dict = {}
 
@@ -176,6 +183,18 @@ def test_json_object_is_any_object_at_any_depth(smollm2_tokenizer):
 def test_unconstrained_values_are_exact_on_the_grammar_path():
     rules = compile_json_schema_rules(SCHEMAS["with_any_value"])
     assert rules.relaxed == [] and "json_value" in rules.rules
+
+
+def test_long_strings_keep_their_bounds_in_terminals_of_their_own(smollm2_tokenizer):
+    g = grammar_of(smollm2_tokenizer, "long_strings")
+    for instance in ({"name": "ab"}, {"name": "é" * 40, "note": "x" * 200}, {"name": "a"},
+                     {"name": "x" * 41}, {"name": "ab", "note": "\\" * 201},
+                     {"name": "ab", "kids": [{"name": "c" * 40, "note": ""}]}, {"name": "ab", "kids": [{"name": "c"}]}):
+        text = json.dumps(instance, ensure_ascii=False)
+        valid = jsonschema.Draft202012Validator(SCHEMAS["long_strings"]).is_valid(instance)
+        assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)) == valid, text
+    terminals = schema_to_grammar(SCHEMAS["long_strings"]).terminals.values()
+    assert not [t for t in terminals if len(re.findall(r"\{\d+,\d+\}", t.replace("{0,24}", ""))) > 1]
 
 
 def test_a_cycle_with_no_container_raises(smollm2_tokenizer):
