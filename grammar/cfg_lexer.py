@@ -63,8 +63,9 @@ def _regex_dfa(regex: str) -> ByteDFA:
 
 
 # A byte read before the regex: outlines-core takes time exponential in the bound on a regex that
-# starts with a bounded repetition of a group (a JSON string character's 14 copies: 2 s, 16: 8 s)
-# even after indexed_pattern's sentinel; after one ASCII byte, milliseconds.
+# starts with a bounded repetition whose first characters include the character before it (a JSON
+# string character after indexed_pattern's noncharacter sentinel: 16 copies 8 s), milliseconds
+# where they exclude it. A raw control character starts no JSON text (strings escape them).
 _MARK, _MARK_BYTES = "\\x01", b"\x01"
 
 
