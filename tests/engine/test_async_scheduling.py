@@ -78,7 +78,9 @@ def test_async_matches_sync_on_every_feature(tiny_llama_dir, prompts, sync_outpu
     llm = make_llm(tiny_llama_dir, async_scheduling=True)
     outs = summary(generate(llm, prompts, mixed_params()))
     llm.engine.close()
-    assert outs == sync_outputs
+    assert without_logprobs(outs) == without_logprobs(sync_outputs)
+    # logprobs agree to float32 rounding (on an AMD EPYC they differ in the last bits: 4.8e-7)
+    assert logprob_values(outs) == pytest.approx(logprob_values(sync_outputs), abs=1e-5)
     finish = [c[2] for req in outs for c in req]
     assert "stop" in finish and "length" in finish  # both early stops and budget ends were exercised
 
