@@ -1,4 +1,5 @@
-"""The contextual lexer of a CfgSpec: one byte DFA per terminal (outlines-core, as token_index), and
+"""The contextual lexer of a CfgSpec: one byte DFA per terminal (outlines-core, as token_index, or
+composed from its parts' by dfa_ops where it holds a long bounded repetition), and
 one product DFA over them that reads one lexeme, started per candidate set (the terminals the
 parser can take next, plus the ignored ones).
 
@@ -50,8 +51,8 @@ def _regex_dfa(regex: str) -> ByteDFA:
     terminals (strings, numbers, punctuation with whitespace): a compile worker builds each DFA
     once. A terminal that starts with literal bytes (a JSON key: `"name"` then whitespace, `:` and
     the value) is those bytes but the last as a chain of states before the DFA of the rest (`"`,
-    whitespace, `:`, the value), which keys with values alike share. The arrays are never
-    written."""
+    whitespace, `:`, the value), which keys with values alike share. One with a long bounded
+    repetition is composed from its parts' DFAs (_composed). The arrays are never written."""
     prefix, rest = _literal_prefix(regex)
     if prefix:
         return _chained(prefix, _regex_dfa(rest))

@@ -65,8 +65,7 @@ def repeat(c: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
         return None
     offsets = (np.arange(hi, dtype=np.int64) * m)[:, None, None]
     rows = np.where(t[None] >= 0, t[None] + offsets, -1)           # [hi, m, J]: copy k reads item k+1
-    nxt = np.where(first >= 0, first, -1)[None] + offsets[1:, 0]    # [hi-1, J]: copy k+1's first step
-    nxt = np.where(first[None] >= 0, nxt, -1)
+    nxt = np.where(first[None] >= 0, first[None] + offsets[1:, 0], -1)  # [hi-1, J]: copy k+1's first step
     for s in seams.tolist():
         rows[:-1, s] = np.where(rows[:-1, s] >= 0, rows[:-1, s], nxt)
     final = np.zeros((hi, m), dtype=bool)

@@ -92,6 +92,7 @@ class Repeat(_Derived):
 
 
 Node = Atom | Seq | Alt | Repeat
+EMPTY = Seq(())
 LONG_REPEAT_COPIES = 8
 LONG_REPEAT_SIZE = 256
 
@@ -104,7 +105,6 @@ def is_long_repeat(node: Node) -> bool:
 
 def _long(lo: int, hi: int | None, size: int) -> bool:
     return hi is not None and hi - lo >= LONG_REPEAT_COPIES and size >= LONG_REPEAT_SIZE
-EMPTY = Seq(())
 
 
 def parse(text: str) -> Node:
