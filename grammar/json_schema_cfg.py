@@ -115,7 +115,8 @@ class _BnfWriter:
             self.made += runs
             if runs == [node]:  # big, but no part is written as rules: cut into terminals
                 return " ".join(p for p in map(self.expr, self._chunks(node)) if p)
-            return " ".join(p for p in map(self.expr, runs) if p)
+            written = (self.terminal(n) if closed else self.expr(n) for n, closed in self._closed(runs))
+            return " ".join(p for p in written if p)
         if isinstance(node, Alt):
             return self._helper(list(dict.fromkeys(self.expr(o) for o in node.options)))
         item = self.expr(node.item)
@@ -138,6 +139,22 @@ class _BnfWriter:
     def _apart(self, node: Node) -> bool:
         """Whether a sequence's item is written on its own (not joined with its neighbours)."""
         return self._structural(node) or is_long_repeat(node)
+
+    def _closed(self, runs: list[Node]) -> list[tuple[Node, bool]]:
+        """The runs, a long repetition joined with the run after it where that run starts with a
+        required part (a string's closing quote), as (node, one terminal). Tokens that end the
+        string (`abc"`) then stay inside one terminal; apart, they would cross into the next
+        terminal from every count state the string reaches, each a parser step on first visit."""
+        out: list[tuple[Node, bool]] = []
+        for run in runs:
+            if (out and is_long_repeat(out[-1][0]) and isinstance(run, Seq) and not self._apart(run)
+                    and run.items and not nullable(run.items[0])):
+                joined = Seq((out[-1][0], *run.items))
+                self.made.append(joined)
+                out[-1] = (joined, True)
+            else:
+                out.append((run, False))
+        return out
 
     def _chunks(self, node: Seq) -> list[Node]:
         """The items of a big rule-free sequence in consecutive runs of at most TERMINAL_MAX_SIZE
