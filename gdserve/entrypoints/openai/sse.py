@@ -8,8 +8,14 @@ from gdserve.engine.async_llm import EngineDeadError, RequestFailed
 from gdserve.entrypoints.openai.errors import APIError, engine_failure, internal_error_body
 
 
+# Characters that JSON leaves raw but Python's str.splitlines (and so httpx's aiter_lines, which
+# many clients read SSE with) breaks lines at: escaped, a generated "\u2028" would cut a frame.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def frame(data: dict) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    body = json.dumps(data, ensure_ascii=False, separators=(',', ':')).translate(_LINE_BREAKS)
+    return f"data: {body}\n\n"
 
 
 async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
