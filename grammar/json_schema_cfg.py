@@ -126,9 +126,9 @@ class _BnfWriter:
         """Whether node is written as rules: it holds one, or it is too big for one terminal
         (a map of 64 string pairs: 10^6 DFA states) and splits (a sequence, an alternation, a
         repetition of at most SPLIT_REPEAT_MAX items), or it holds a long repetition (a string's
-        maxLength), which becomes a terminal of its own: one DFA shared by every key whose value
-        it is, built from its item's (cfg_lexer), where inside each key's terminal it would be
-        thousands of states per key."""
+        maxLength), which starts a terminal of its own (with what closes it, _closed): one DFA
+        shared by every key whose value it is, built from its item's (cfg_lexer), where inside
+        each key's terminal it would be thousands of states per key."""
         if node.rules:
             return True
         if isinstance(node, Atom) or (isinstance(node, Repeat) and node.hi is not None
