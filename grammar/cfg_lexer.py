@@ -29,7 +29,7 @@ import numpy as np
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
-from gdserve.grammar.dfa_ops import concat, repeat
+from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
 from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, Alt, Atom, Node, Repeat, Seq,
                                        alternates_at_top, parse, to_regex)
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
@@ -175,14 +175,9 @@ def _chained(prefix: bytes, rest: ByteDFA) -> ByteDFA:
     n = len(prefix)
     own = np.full(256, 256, dtype=np.int64)
     own[list(prefix)] = list(prefix)
-    key = rest.classes.astype(np.int64) * 257 + own
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    renumber = np.empty(len(first), dtype=np.int64)
-    renumber[np.argsort(first)] = np.arange(len(first))  # classes in order of their first byte
-    classes = renumber[inverse.reshape(256)].astype(np.uint8)
-    old_class = rest.classes[np.sort(first)]             # each new class's class in rest
+    classes, (old_class, _) = joint_classes([rest.classes, own])  # old_class: each one's class in rest
     dead = n + rest.dead
-    trans = np.full((dead + 1, len(first)), dead, dtype=np.int32)
+    trans = np.full((dead + 1, len(old_class)), dead, dtype=np.int32)
     trans[n:] = rest.trans[:, old_class] + n
     for i, b in enumerate(prefix):
         trans[i, classes[b]] = i + 1 if i + 1 < n else rest.start + n

@@ -14,18 +14,22 @@ import numpy as np
 from gdserve.grammar.token_index import ByteDFA
 
 
-def _joint_classes(dfas: list[ByteDFA]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(uint8 [256] byte -> joint class, per DFA its class of each joint class)."""
+def joint_classes(class_maps: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(uint8 [256] byte -> joint class, per map its class of each joint class), for byte -> class
+    maps (values below 257) that must all be told apart; joint classes numbered by first byte."""
     key = np.zeros(256, dtype=np.int64)
-    for d in dfas:
-        key = key * 256 + d.classes.astype(np.int64)
+    for m in class_maps:
+        key = key * 257 + m.astype(np.int64)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first)                      # joint classes numbered by their first byte
     renumber = np.empty(len(first), dtype=np.int64)
-    renumber[order] = np.arange(len(first))
+    renumber[np.argsort(first)] = np.arange(len(first))
     classes = renumber[inverse.reshape(256)].astype(np.uint8)
     picks = np.sort(first)
-    return classes, [d.classes[picks].astype(np.int64) for d in dfas]
+    return classes, [m[picks].astype(np.int64) for m in class_maps]
+
+
+def _joint_classes(dfas: list[ByteDFA]) -> tuple[np.ndarray, list[np.ndarray]]:
+    return joint_classes([d.classes for d in dfas])
 
 
 def _live_rows(dfa: ByteDFA, cls: np.ndarray) -> np.ndarray:
