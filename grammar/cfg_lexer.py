@@ -27,6 +27,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.lexer_product import Product, ProductWalk, product_index
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
 from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
@@ -190,16 +191,14 @@ def _preference(spec: CfgSpec, tid: int) -> tuple:
     return (-t.priority, not t.literal, tid)
 
 
-Frontier = dict  # alive terminals -> (state ids, their DFA states: one int32 row each) to expand
-
-
 @dataclass(eq=False)
 class Lexer:
     """One product DFA over all terminals, grown on demand: a state is the set of terminals still
     alive with their DFA states, so every candidate set's lexer shares the states after its
-    first byte (and their stored masks). Each candidate set has its own start state. States are
-    expanded in batches of the same alive terminals (numpy over the batch); the states where
-    only one terminal is alive are that terminal's DFA, added whole."""
+    first byte (and their stored masks). Each candidate set has its own start state, added with
+    every state it reaches where two or more terminals are alive at once (lexer_product); the
+    states where only one terminal is alive are that terminal's DFA: every terminal's are added
+    when the lexer is first used."""
     spec: CfgSpec
     dfas: list[ByteDFA]
     num_states: int = 0
@@ -209,9 +208,7 @@ class Lexer:
     _accept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     _final: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _starts: dict[tuple[int, ...], int] = field(default_factory=dict)
-    _multi: dict[tuple[int, ...], dict[bytes, int]] = field(default_factory=dict)
-    _single_base: dict[int, int] = field(default_factory=dict)
-    _joint_trans: dict[int, np.ndarray] = field(default_factory=dict)
+    _multi: dict[bytes, int] = field(default_factory=dict)  # own states (int32 bytes) -> id
     _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: a tie's accept id
     _tie_terms: list[tuple[int, ...]] = field(default_factory=list)  # accept id - K -> its tie
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
@@ -239,17 +236,70 @@ class Lexer:
     def _start_states(self) -> set[int]:
         return set()
 
+    @cached_property
+    def _bases(self) -> np.ndarray:
+        """int64 [K]: the first id of each terminal's own states (where only it is still alive:
+        its DFA), all added when the lexer is first used."""
+        joint = self._joint[0]
+        sizes = np.array([len(d.final) for d in self.dfas], dtype=np.int64)
+        bases = self._new_states(int(sizes.sum())) + np.cumsum(sizes) - sizes
+        rows, accept = [], []
+        for t, dfa in enumerate(self.dfas):
+            nxt = dfa.trans[:, joint[t]]
+            row = np.where(nxt == dfa.dead, -1, nxt + bases[t])
+            if self.spec.terminals[t].lazy:
+                row[dfa.final] = -1  # a lazy terminal ends at its first match
+            rows.append(row)
+            accept.append(np.where(dfa.final, t, -1))
+        if rows:
+            self._set(int(bases[0]), np.concatenate(rows), np.concatenate(accept))
+        return bases
+
+    @cached_property
+    def _walk(self) -> ProductWalk:
+        return ProductWalk(self._joint[0].shape[1])
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_walk"}  # native pointers, buffers
+
     def start(self, candidates: frozenset[int]) -> int:
         terms = tuple(sorted(candidates))
         sid = self._starts.get(terms)
         if sid is None:
-            sid = self._starts[terms] = self._new_states(1)
+            sid = self._starts[terms] = self._add_product(terms)
             self._start_states.add(sid)
-            frontier = {terms: ([sid], [np.array([self.dfas[t].start for t in terms], dtype=np.int32)])}
-            while frontier:
-                alive, (ids, states) = frontier.popitem()
-                self._expand(alive, np.array(ids), np.array(states).reshape(len(ids), len(alive)), frontier)
         return sid
+
+    def _add_product(self, terms: tuple[int, ...]) -> int:
+        """Adds the start of `terms` and the states it reaches where two or more of them are
+        alive (those not known yet: a later candidate set shares them); returns the start's id."""
+        starts = np.array([self.dfas[t].start for t in terms], dtype=np.int64)
+        start = (self._bases[list(terms)] + starts).astype(np.int32)
+        p = self._walk.run(start, self._table, self._dead, self._accept, self._rank)
+        keys = [p.members[p.ptr[i]:p.ptr[i + 1]].tobytes() for i in range(1, len(p.best))]
+        ids, new = np.empty(len(p.best), dtype=np.int64), [0]
+        for i, key in enumerate(keys, 1):
+            sid = ids[i] = self._multi.get(key, -1)
+            if sid < 0:
+                new.append(i)
+        first = self._new_states(len(new))
+        ids[new] = first + np.arange(len(new))
+        for i in new[1:]:
+            self._multi[keys[i - 1]] = int(ids[i])
+        rows = p.rows[new]
+        rows = np.where(rows <= -2, ids[np.maximum(product_index(rows), 0)], rows)
+        self._set(first, rows, self._accepts(p, new))
+        return first
+
+    def _accepts(self, p: Product, states: list[int]) -> np.ndarray:
+        """The accept ids of product states: the preferred completed terminal, or (exact) the tie."""
+        accept = p.best[states].copy()
+        if self.spec.exact:
+            for n, i in enumerate(states):
+                if p.n_final[i] > 1:
+                    done = self._accept[p.members[p.ptr[i]:p.ptr[i + 1]]]
+                    accept[n] = self._tie_id(tuple(done[done >= 0].tolist()))
+        return accept
 
     def _new_states(self, n: int) -> int:
         first, self.num_states = self.num_states, self.num_states + n
@@ -274,78 +324,6 @@ class Lexer:
         self._table[first:first + len(rows)] = np.where(rows >= 0, rows, self._dead)
         self._accept[first:first + len(rows)] = accept
         self._final[first:first + len(rows)] = accept >= 0
-
-    def _trans(self, t: int) -> np.ndarray:
-        """int32 [t's states, joint classes]: t's next state, -1 where it dies."""
-        table = self._joint_trans.get(t)
-        if table is None:
-            dfa = self.dfas[t]
-            table = dfa.trans[:, self._joint[0][t]]
-            table = self._joint_trans[t] = np.where(table == dfa.dead, -1, table).astype(np.int32)
-        return table
-
-    def _single(self, t: int) -> int:
-        """The first id of terminal t's own states (the lexeme only t can still read)."""
-        base = self._single_base.get(t)
-        if base is None:
-            dfa = self.dfas[t]
-            base = self._single_base[t] = self._new_states(len(dfa.final))
-            rows = np.where(self._trans(t) >= 0, self._trans(t) + base, -1)
-            if self.spec.terminals[t].lazy:
-                rows[dfa.final] = -1
-            self._set(base, rows, np.where(dfa.final, t, -1))
-        return base
-
-    def _expand(self, alive: tuple[int, ...], ids: np.ndarray, states: np.ndarray,
-                frontier: Frontier) -> None:
-        """Rows and accepted terminals of the states `ids` (the terminals `alive` at `states`,
-        [len(ids), len(alive)]); their new successors join the frontier."""
-        m, k = states.shape
-        if k == 0:
-            return  # rows stay dead
-        nexts = np.empty((m, k, self._joint[0].shape[1]), dtype=np.int32)
-        final = np.empty((m, k), dtype=bool)
-        for j, t in enumerate(alive):
-            final[:, j] = self.dfas[t].final[states[:, j]]
-            nexts[:, j] = self._trans(t)[states[:, j]]
-            if self.spec.terminals[t].lazy:
-                nexts[final[:, j], j] = -1   # a lazy terminal ends at its first match
-        terms = np.array(alive)
-        best = np.where(final, self._rank[terms], len(self._rank)).argmin(axis=1)
-        rows = np.full((m, nexts.shape[2]), -1, dtype=np.int64)
-        pattern = _alive_patterns(nexts >= 0)
-        for p in np.unique(pattern).tolist():
-            ii, cc = np.nonzero(pattern == p)
-            js = np.flatnonzero(nexts[ii[0], :, cc[0]] >= 0)
-            if len(js) == 0:
-                continue
-            if len(js) == 1:
-                rows[ii, cc] = self._single(alive[js[0]]) + nexts[ii, js[0], cc]
-                continue
-            rows[ii, cc] = self._multi_ids(tuple(terms[js].tolist()), nexts[ii[:, None], js, cc[:, None]],
-                                           frontier)
-        accept = np.where(final.any(axis=1), terms[best], -1)
-        if self.spec.exact:
-            for i in np.flatnonzero(final.sum(axis=1) > 1).tolist():
-                accept[i] = self._tie_id(tuple(terms[final[i]].tolist()))
-        self._table[ids] = np.where(rows >= 0, rows, self._dead)  # ids: not always consecutive
-        self._accept[ids], self._final[ids] = accept, accept >= 0
-
-    def _multi_ids(self, alive: tuple[int, ...], states: np.ndarray, frontier: Frontier) -> np.ndarray:
-        """The ids of the states where `alive` are at `states` (rows), new ones queued."""
-        known = self._multi.setdefault(alive, {})
-        rows = np.ascontiguousarray(states, dtype=np.int32)
-        distinct, inverse = np.unique(rows.view(f"V{4 * rows.shape[1]}").ravel(), return_inverse=True)
-        out = np.empty(len(distinct), dtype=np.int64)
-        for r, key in enumerate(distinct.tolist()):
-            sid = known.get(key)
-            if sid is None:
-                sid = known[key] = self._new_states(1)
-                queued = frontier.setdefault(alive, ([], []))
-                queued[0].append(sid)
-                queued[1].append(np.frombuffer(key, dtype=np.int32))
-            out[r] = sid
-        return out[inverse.reshape(-1)]
 
     def _tie_id(self, terms: tuple[int, ...]) -> int:
         tid = self._ties.get(terms)
@@ -382,12 +360,3 @@ class Lexer:
         nxt = self._table.item(state, self._byte_class[byte])
         return -1 if nxt == len(self._table) - 1 else nxt
 
-
-def _alive_patterns(alive: np.ndarray) -> np.ndarray:
-    """int64 [m, C]: an id per distinct set of alive terminals (alive: bool [m, k, C])."""
-    m, k, c = alive.shape
-    if k <= 62:
-        return (alive.astype(np.int64) << np.arange(k, dtype=np.int64)[None, :, None]).sum(axis=1)
-    packed = np.packbits(alive, axis=1).transpose(0, 2, 1).reshape(m * c, -1)
-    _, inverse = np.unique(packed, axis=0, return_inverse=True)
-    return inverse.reshape(m, c)

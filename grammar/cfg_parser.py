@@ -63,7 +63,30 @@ class LalrParser:
         return bool(self.feed(stack, END))
 
     def acceptable(self, stack: Stack) -> frozenset[int]:
-        """Terminal ids the parser can take next (each checked through its reductions)."""
+        """Terminal ids the parser can take next: those in the top state's row that shift after
+        their reductions (the terminals that reduce by one rule share its walk)."""
         ids = self.spec.terminal_ids
-        return frozenset(ids[name] for name in self.spec.actions[stack[-1]]
-                         if name in ids and self.feed(stack, name))
+        names = [name for name in self.spec.actions[stack[-1]] if name in ids]
+        return frozenset(ids[name] for name in self._shiftable(stack, names))
+
+    def _shiftable(self, stack: Stack, names: list[str]) -> set[str]:
+        actions, out, todo, seen = self.spec.actions, set(), [(stack, names)], set()
+        for _ in range(MAX_REDUCTIONS):
+            if not todo:
+                break
+            stack, names = todo.pop()
+            reductions: dict[tuple[str, int], list[str]] = {}
+            for name in names:
+                for shift, arg in self._actions(stack[-1], name):
+                    if shift:
+                        out.add(name)
+                    else:
+                        reductions.setdefault(arg, []).append(name)
+            for (origin, size), group in reductions.items():
+                base = stack[:-size] if size else stack
+                nxt = base + (actions[base[-1]][origin][1],)
+                group = [name for name in group if name not in out and (nxt, name) not in seen]
+                seen.update((nxt, name) for name in group)
+                if group:
+                    todo.append((nxt, group))
+        return out

@@ -50,6 +50,7 @@ def assert_same_moves(ours: CfgSpec, theirs: CfgSpec, walks: int = 30, steps: in
         for _ in range(steps):
             next_a = {names_a[i] for i in a.acceptable(sa)}
             assert next_a == {names_b[i] for i in b.acceptable(sb)}
+            assert next_a == {name for name in names_a if a.feed(sa, name)}  # one feed each, the long way
             assert a.accepts_end(sa) == b.accepts_end(sb)
             compared += 1
             if not next_a:

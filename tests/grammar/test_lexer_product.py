@@ -1,0 +1,99 @@
+"""lexer_product: the C walk over the contextual lexer's product states builds the same lexer as
+the Python reference, on JSON Schema grammars (exact: ties between terminals), on Lark grammars
+(priorities, a lazy terminal) and on a product larger than the walk's first buffers."""
+import random
+
+import numpy as np
+import pytest
+
+from gdserve.grammar import lexer_product
+from gdserve.grammar.cfg_lexer import Lexer, terminal_dfa
+from gdserve.grammar.cfg_parser import LalrParser
+from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from gdserve.grammar.lark_spec import lark_to_spec
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 40}, "names": {"type": "array", "items": {"type": "string"}},
+    "nested": {"type": "object", "properties": {"n": {"type": "integer"}, "nn": {"type": "number"}}},
+    "kind": {"enum": ["a", "ab", "abc"]}}}
+LARK = r"""
+start: (WORD | NUMBER | KEYWORD | COMMENT)+
+KEYWORD.2: "if" | "in" | "int"
+WORD: /[a-z]+/
+NUMBER: /[0-9]+(\.[0-9]+)?/
+COMMENT: /#.*?;/
+%ignore " "
+"""
+LONG_PREFIX = r"""
+start: AB | AC
+AB: /a{0,300}b/
+AC: /a{0,300}c/
+"""
+
+
+def specs():
+    return [schema_to_grammar(SCHEMA, None, False, open_objects=True).spec(), lark_to_spec(LARK),
+            lark_to_spec(LONG_PREFIX)]
+
+
+def candidate_sets(spec, walks: int = 20, steps: int = 60) -> list[frozenset[int]]:
+    """Every terminal, then the sets a parser meets on random walks (ignored terminals added)."""
+    parser, rng = LalrParser(spec), random.Random(0)
+    out = [frozenset(range(len(spec.terminals)))]
+    for _ in range(walks):
+        stack = parser.initial
+        for _ in range(steps):
+            ids = parser.acceptable(stack)
+            out.append(ids | spec.ignore)
+            if not ids:
+                break
+            stack = rng.choice(parser.feed(stack, spec.terminals[rng.choice(sorted(ids))].name))
+    return out
+
+
+def built(spec, sets) -> Lexer:
+    lexer = Lexer(spec, [terminal_dfa(t) for t in spec.terminals])
+    for candidates in sets:
+        lexer.start(candidates)
+    return lexer
+
+
+@pytest.mark.skipif(lexer_product._library() is None, reason="no C compiler: the reference is the only walk")
+@pytest.mark.parametrize("which", range(3))
+def test_native_walk_builds_the_reference_lexer(which, monkeypatch):
+    spec = specs()[which]
+    sets = candidate_sets(spec)
+    native = built(spec, sets)
+    monkeypatch.setattr(lexer_product, "_library", lambda: None)
+    reference = built(spec, sets)
+    assert native.num_states == reference.num_states
+    (dfa_n, accept_n), (dfa_r, accept_r) = native.arrays(), reference.arrays()
+    assert np.array_equal(dfa_n.trans, dfa_r.trans) and np.array_equal(accept_n, accept_r)
+    assert [native.emitted(a) for a in accept_n] == [reference.emitted(a) for a in accept_r]
+
+
+def lex(lexer: Lexer, start: int, data: bytes) -> int:
+    state = start
+    for b in data:
+        state = lexer.step(state, b)
+        if state < 0:
+            return -1
+    return state
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_product_past_the_first_buffers(native, monkeypatch):
+    """Both terminals stay alive through 300 `a`s: 300 product states (the walk starts with room
+    for 256), each byte after them picks one."""
+    if not native:
+        monkeypatch.setattr(lexer_product, "_library", lambda: None)
+    spec = lark_to_spec(LONG_PREFIX)
+    lexer = Lexer(spec, [terminal_dfa(t) for t in spec.terminals])
+    start = lexer.start(frozenset(range(len(spec.terminals))))
+    names = {t.name: i for i, t in enumerate(spec.terminals)}
+    for n in (0, 1, 255, 256, 300):
+        assert lexer.emits(lex(lexer, start, b"a" * n + b"b")) == (names["AB"],)
+        assert lexer.emits(lex(lexer, start, b"a" * n + b"c")) == (names["AC"],)
+        assert lexer.emits(lex(lexer, start, b"a" * n)) == ()
+    assert lex(lexer, start, b"a" * 301) == -1
+    assert lexer.num_states > 300
