@@ -28,6 +28,8 @@ BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
 MIN_LOOP_BYTES = 32   # a state looping on this many bytes takes its pure subtrees at once
 LOOP_DEPTH = 3        # loop states looked for this many bytes into a walk
+COUNT_DEPTH = 16      # or this many along a count down (a bounded string)
+MIN_RUN = 16          # a count down shorter than this many bytes is walked node by node
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
@@ -39,11 +41,13 @@ def mask_library() -> ctypes.CDLL | None:
     lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p]
+        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p,
+                                        p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
-        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, i32, p, p, p, i32, p, p, p]
+        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, i32, p, p, p, i32, p,
+                                            p, p, p, p]
         lib.walk_token_subtrees.restype = ctypes.c_int64
-        lib.find_loops.argtypes = [p, i32, i32, p, i32, i32, i32, p]
+        lib.find_loops.argtypes = [p, i32, i32, p, p, p, i32, i32, i32, i32, i32, i32, i32, p, p, p]
         lib.find_loops.restype = i32
     return lib
 
@@ -166,23 +170,31 @@ class TokenTrie:
             self._first_words[vocab_size] = out
         return out
 
-    def pure_below(self, loop: np.ndarray) -> np.ndarray:
-        """uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (bool
-        [256]): from a state that each of those bytes leads back to, its whole subtree stays
-        alive. Cached per byte set (grammars share their strings' few character sets)."""
-        key = np.packbits(loop).tobytes()
-        pure = self._pure.get(key)
+    def pure_below(self, loop: bytes) -> np.ndarray:
+        """uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (a byte
+        set, np.packbits of bool [256]). Cached per byte set (grammars share their strings' few
+        character sets)."""
+        pure = self._pure.get(loop)
         if pure is None:
             if len(self._pure) >= MAX_CACHED_LOOPS:
                 self._pure.clear()
-            outside = np.concatenate([[0], np.cumsum(~loop[self.byte], dtype=np.int32)])
+            inside = np.unpackbits(np.frombuffer(loop, dtype=np.uint8)).astype(bool)
+            outside = np.concatenate([[0], np.cumsum(~inside[self.byte], dtype=np.int32)])
             nodes = np.arange(len(self.byte))
-            pure = self._pure[key] = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
+            pure = self._pure[loop] = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
         return pure
 
     @cached_property
     def max_depth(self) -> int:
         return int(self.depth.max())
+
+    @cached_property
+    def below(self) -> np.ndarray:
+        """int32 [N]: the most bytes a token reads below the node (0 at a leaf)."""
+        below = np.zeros(len(self.byte), dtype=np.int32)
+        for nodes in reversed(self.levels[1:]):
+            np.maximum.at(below, self.parent[nodes], below[nodes] + 1)
+        return below
 
     @cached_property
     def levels(self) -> list[np.ndarray]:
@@ -258,11 +270,11 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-def _loop_arrays(states: list[int], pures: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """int32 loop states and uintp pointers to their pure arrays, for the C walks (the caller
-    keeps `pures` and both arrays alive through the call)."""
-    return (np.array(states or [0], dtype=np.int32),
-            np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp))
+def _loop_arrays(states: list[int], pures: list[np.ndarray], limits: list[int]) -> tuple[np.ndarray, ...]:
+    """int32 loop states, uintp pointers to their pure arrays and int32 limits, for the C walks
+    (the caller keeps `pures` and the arrays alive through the call)."""
+    return (np.array(states or [0], dtype=np.int32), np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp),
+            np.array(limits or [0], dtype=np.int32))
 
 
 @dataclass(eq=False)
@@ -292,23 +304,30 @@ class TokenIndex:
     def _loops(self) -> dict[int, tuple[list[int], list[np.ndarray]]]:
         return {}
 
-    def loops(self, state: int) -> tuple[list[int], list[np.ndarray]]:
-        """The walk's loop states and their trie.pure_below arrays (C walks only): `state` and
-        the states that most bytes lead to, one and two bytes on (a key's first character, then
-        the rest of an undeclared key), where a state loops on at least MIN_LOOP_BYTES bytes (a
-        string's interior). A state's row never changes once walked (the lexer grows by new
+    def loops(self, state: int, accept: np.ndarray | None = None,
+              split: bool = False) -> tuple[list[int], list[np.ndarray], list[int]]:
+        """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
+        each reads (C walks only): `state` and the states that most bytes lead to, one and two
+        bytes on (a key's first character, then the rest of an undeclared key), where at least
+        MIN_LOOP_BYTES bytes lead back to the state (a string's interior: unbounded) or on to one
+        state, byte after byte (a string of at most n characters: as far as that goes). With
+        `split`, through states that complete no terminal (accept). An index is walked with one
+        accept and split; a state's row never changes once walked (the lexer grows by new
         states)."""
         out = self._loops.get(state)
         if out is None:
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
-            found = np.empty(LOOP_DEPTH, dtype=np.int32)
+            size = 32  # token_trie.c's MAX_LOOPS
+            found, limits, sets = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32), \
+                np.zeros((size, 32), dtype=np.uint8)
             trans, classes, dead = self._static_args[:3]
-            n = mask_library().find_loops(trans, classes, dead, self._class_bytes_ptr, state, LOOP_DEPTH,
-                                          MIN_LOOP_BYTES, _ptr(found))
-            states = found[:n].tolist()
-            out = self._loops[state] = (states, [self.trie.pure_below(self.dfa.trans[x, self.dfa.classes] == x)
-                                                 for x in states])
+            n = mask_library().find_loops(trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes),
+                                          None if accept is None else _ptr(accept), split, state, LOOP_DEPTH,
+                                          COUNT_DEPTH, MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, _ptr(found),
+                                          _ptr(limits), _ptr(sets))
+            out = self._loops[state] = (found[:n].tolist(), [self.trie.pure_below(bytes(b)) for b in sets[:n]],
+                                        limits[:n].tolist())
         return out
 
     @cached_property
@@ -318,7 +337,7 @@ class TokenIndex:
         carry another process's addresses."""
         t, trans = self.trie, self.dfa.trans
         return (_ptr(trans), trans.shape[1], self.dfa.dead, _ptr(self.node_class), _ptr(t.depth),
-                _ptr(t.skip), _ptr(t.tok_ptr), _ptr(t.tok_ids))
+                _ptr(t.skip), _ptr(t.tok_ptr), _ptr(t.tok_ids), _ptr(t.below))
 
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
@@ -376,20 +395,20 @@ class TokenIndex:
                       accept: np.ndarray, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
-        t = self.trie
+        t, accept = self.trie, np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
         size = int((t.skip[roots] - roots).sum())
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         nodes, terms = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
         count = np.zeros(1, dtype=np.int64)
         stack = np.empty(t.max_depth + 1, dtype=np.int32)
-        loop_states, pures = self.loops(state)
-        loop_arrays = _loop_arrays(loop_states, pures)
-        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
+        loop_states, pures, limits = self.loops(state, accept, split)
+        loop_arrays = _loop_arrays(loop_states, pures, limits)
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
-            state, vocab_size, _ptr(words), _ptr(np.ascontiguousarray(accept, dtype=np.int32)), split,
-            _ptr(nodes), _ptr(terms), _ptr(count), len(loop_states), *map(_ptr, loop_arrays), _ptr(stack))
+            state, vocab_size, _ptr(words), _ptr(accept), split,
+            _ptr(nodes), _ptr(terms), _ptr(count), len(loop_states), *map(_ptr, loop_arrays), below, _ptr(stack))
         n = int(count[0])
         return words, nodes[:n].copy(), terms[:n].copy()
 
@@ -427,13 +446,14 @@ class TokenIndex:
         stack = np.empty(self.trie.max_depth + 1, dtype=np.int32)
         cross = [None, 0, None, None, None] if crossings is None else \
             [a if isinstance(a, bool) else _ptr(a) for a in crossings]
-        loop_states, pures = self.loops(state) if node_state is None else ([], [])
-        loop_arrays = _loop_arrays(loop_states, pures)
-        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids = self._static_args
+        accept, split = (None, False) if crossings is None else crossings[:2]
+        loop_states, pures, limits = self.loops(state, accept, split) if node_state is None else ([], [], [])
+        loop_arrays = _loop_arrays(loop_states, pures, limits)
+        trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         return lib.walk_token_trie(
             trans, classes, dead, node_class, depth, skip, len(self.trie.byte), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), None if node_state is None else _ptr(node_state), *cross,
-            len(loop_states), *map(_ptr, loop_arrays), _ptr(stack))
+            len(loop_states), *map(_ptr, loop_arrays), below, _ptr(stack))
 
 
 def indexed_pattern(regex: str) -> str:

@@ -109,8 +109,9 @@ def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch, s
 @pytest.mark.parametrize("split", [False, True])
 def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, monkeypatch, split):
     """In a state that loops on many bytes (a string's interior; an undeclared key's rest, two
-    bytes past an open object's `{"`), a trie subtree whose bytes all loop is taken whole: the
-    same tokens and crossings as the walk node by node."""
+    bytes past an open object's `{"`) or counts down on them (a string of at most 40
+    characters), a trie subtree whose bytes all loop, or count down no further than the bound,
+    is taken whole: the same tokens and crossings as the walk node by node."""
     if mask_library() is None:
         pytest.skip("no C compiler")
     schema = {"type": "object", "properties": {"name": {"type": "string"},
@@ -126,6 +127,8 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
     looping = {s: loops for s, loops in looping.items() if loops}
     assert any(loops[0] == s for s, loops in looping.items())
     assert any(s not in loops for s, loops in looping.items())
+    limits = [limit for s in looping for limit in index.loops(s)[2]]
+    assert 2**31 - 1 in limits and min(limits) < 40  # strings: a loop, and the note's count down
     roots = np.flatnonzero(grammar.trie.depth == 1)[::7]
     walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept, split),
                  index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split))
