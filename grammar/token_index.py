@@ -16,6 +16,7 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import NamedTuple
 from itertools import chain
 
 import numpy as np
@@ -270,11 +271,22 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-def _loop_arrays(states: list[int], pures: list[np.ndarray], limits: list[int]) -> tuple[np.ndarray, ...]:
-    """int32 loop states, uintp pointers to their pure arrays and int32 limits, for the C walks
-    (the caller keeps `pures` and the arrays alive through the call)."""
-    return (np.array(states or [0], dtype=np.int32), np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp),
-            np.array(limits or [0], dtype=np.int32))
+class Loops(NamedTuple):
+    """A walk's loop states (TokenIndex.loops), and their arrays as the C walks take them."""
+    states: list[int]
+    pures: list[np.ndarray]
+    limits: list[int]
+    arrays: tuple[np.ndarray, ...]  # int32 states, uintp pointers to pures, int32 limits (kept alive here)
+    args: tuple[int, ...]           # their count and addresses
+
+
+def _as_loops(states: list[int], pures: list[np.ndarray], limits: list[int]) -> Loops:
+    arrays = (np.array(states or [0], dtype=np.int32), np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp),
+              np.array(limits or [0], dtype=np.int32))
+    return Loops(states, pures, limits, arrays, (len(states), *map(_ptr, arrays)))
+
+
+NO_LOOPS = _as_loops([], [], [])
 
 
 @dataclass(eq=False)
@@ -285,7 +297,8 @@ class TokenIndex:
     trie: TokenTrie
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_loops", "_static_args", "_class_bytes_ptr")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -301,11 +314,19 @@ class TokenIndex:
         return _ptr(self._class_bytes)
 
     @cached_property
-    def _loops(self) -> dict[int, tuple[list[int], list[np.ndarray]]]:
+    def _loops(self) -> dict[int, Loops]:
         return {}
 
-    def loops(self, state: int, accept: np.ndarray | None = None,
-              split: bool = False) -> tuple[list[int], list[np.ndarray], list[int]]:
+    @cached_property
+    def _scratch(self) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+        """The C walks' stack and their crossings out (nodes, terminals, count), one set per index
+        (walks run one at a time), and the addresses."""
+        n = len(self.trie.byte)
+        arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
+                  np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
+        return arrays, tuple(map(_ptr, arrays))
+
+    def loops(self, state: int, accept: np.ndarray | None = None, split: bool = False) -> Loops:
         """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
         each reads (C walks only): `state` and the states that most bytes lead to, one and two
         bytes on (a key's first character, then the rest of an undeclared key), where at least
@@ -326,8 +347,8 @@ class TokenIndex:
                                           None if accept is None else _ptr(accept), split, state, LOOP_DEPTH,
                                           COUNT_DEPTH, MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, _ptr(found),
                                           _ptr(limits), _ptr(sets))
-            out = self._loops[state] = (found[:n].tolist(), [self.trie.pure_below(bytes(b)) for b in sets[:n]],
-                                        limits[:n].tolist())
+            out = self._loops[state] = _as_loops(found[:n].tolist(), [self.trie.pure_below(bytes(b)) for b in sets[:n]],
+                                                 limits[:n].tolist())
         return out
 
     @cached_property
@@ -383,34 +404,28 @@ class TokenIndex:
             nodes = np.flatnonzero(keep)
             return words, nodes.astype(np.int32), terms[keep].astype(np.int32)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
-        nodes = np.empty(len(self.trie.byte), dtype=np.int32)
-        terms = np.empty(len(self.trie.byte), dtype=np.int32)
-        count = np.zeros(1, dtype=np.int64)
-        self._walk_native(lib, state, vocab_size, words, None,
-                          (np.ascontiguousarray(accept, dtype=np.int32), split, nodes, terms, count))
+        self._walk_native(lib, state, vocab_size, words, None, (np.ascontiguousarray(accept, dtype=np.int32), split))
+        return (words, *self._crossings())
+
+    def _crossings(self) -> tuple[np.ndarray, np.ndarray]:
+        (_, nodes, terms, count), _ = self._scratch
         n = int(count[0])
-        return words, nodes[:n].copy(), terms[:n].copy()
+        return nodes[:n].copy(), terms[:n].copy()
 
     def subtrees_walk(self, lib: ctypes.CDLL, state: int, roots: np.ndarray, vocab_size: int,
                       accept: np.ndarray, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
-        t, accept = self.trie, np.ascontiguousarray(accept, dtype=np.int32)
+        accept = np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
-        size = int((t.skip[roots] - roots).sum())
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
-        nodes, terms = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
-        count = np.zeros(1, dtype=np.int64)
-        stack = np.empty(t.max_depth + 1, dtype=np.int32)
-        loop_states, pures, limits = self.loops(state, accept, split)
-        loop_arrays = _loop_arrays(loop_states, pures, limits)
+        stack, nodes, terms, count = self._scratch[1]
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
-            state, vocab_size, _ptr(words), _ptr(accept), split,
-            _ptr(nodes), _ptr(terms), _ptr(count), len(loop_states), *map(_ptr, loop_arrays), below, _ptr(stack))
-        n = int(count[0])
-        return words, nodes[:n].copy(), terms[:n].copy()
+            state, vocab_size, _ptr(words), _ptr(accept), split, nodes, terms, count,
+            *self.loops(state, accept, split).args, below, stack)
+        return (words, *self._crossings())
 
     def next_states(self, state: int) -> np.ndarray:
         """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes
@@ -442,18 +457,16 @@ class TokenIndex:
 
     def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
                      node_state: np.ndarray | None, crossings: tuple | None = None) -> int:
-        """crossings: (accept, split, nodes out, terminals out, count out), see crossings_walk."""
-        stack = np.empty(self.trie.max_depth + 1, dtype=np.int32)
-        cross = [None, 0, None, None, None] if crossings is None else \
-            [a if isinstance(a, bool) else _ptr(a) for a in crossings]
-        accept, split = (None, False) if crossings is None else crossings[:2]
-        loop_states, pures, limits = self.loops(state, accept, split) if node_state is None else ([], [], [])
-        loop_arrays = _loop_arrays(loop_states, pures, limits)
+        """crossings: (accept, split), see crossings_walk (written to the scratch arrays)."""
+        stack, nodes, terms, count = self._scratch[1]
+        accept, split = (None, False) if crossings is None else crossings
+        cross = [None, 0, None, None, None] if crossings is None else [_ptr(accept), split, nodes, terms, count]
+        loops = self.loops(state, accept, split) if node_state is None else NO_LOOPS
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         return lib.walk_token_trie(
             trans, classes, dead, node_class, depth, skip, len(self.trie.byte), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), None if node_state is None else _ptr(node_state), *cross,
-            len(loop_states), *map(_ptr, loop_arrays), below, _ptr(stack))
+            *loops.args, below, stack)
 
 
 def indexed_pattern(regex: str) -> str:
