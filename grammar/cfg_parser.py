@@ -17,6 +17,8 @@ MAX_REDUCTIONS = 10_000  # reductions one feed may try (empty rules in a conflic
 class LalrParser:
     spec: CfgSpec
     _feeds: dict[tuple[Stack, str], tuple[Stack, ...]] = field(default_factory=dict, repr=False)
+    _acceptable: dict[Stack, frozenset[int]] = field(default_factory=dict, repr=False)  # by the top read
+    _read_depths: dict[int, set[int]] = field(default_factory=dict, repr=False)  # top state -> those tops' sizes
 
     @property
     def initial(self) -> Stack:
@@ -64,13 +66,25 @@ class LalrParser:
 
     def acceptable(self, stack: Stack) -> frozenset[int]:
         """Terminal ids the parser can take next: those in the top state's row that shift after
-        their reductions (the terminals that reduce by one rule share its walk)."""
+        their reductions (the terminals that reduce by one rule share its walk). Cached by the
+        top of the stack those reductions read: stacks that differ only below it take the same."""
+        for depth in self._read_depths.get(stack[-1], ()):
+            out = self._acceptable.get(stack[-depth:])
+            if out is not None:
+                return out
         ids = self.spec.terminal_ids
-        names = [name for name in self.spec.actions[stack[-1]] if name in ids]
-        return frozenset(ids[name] for name in self._shiftable(stack, names))
+        names, depth = self._shiftable(stack, [name for name in self.spec.actions[stack[-1]] if name in ids])
+        if len(self._acceptable) > MAX_CACHED:
+            self._acceptable.clear()
+        out = self._acceptable[stack[-depth:]] = frozenset(ids[name] for name in names)
+        self._read_depths.setdefault(stack[-1], set()).add(depth)
+        return out
 
-    def _shiftable(self, stack: Stack, names: list[str]) -> set[str]:
-        actions, out, todo, seen = self.spec.actions, set(), [(stack, names)], set()
+    def _shiftable(self, stack: Stack, names: list[str]) -> tuple[set[str], int]:
+        """(the names that shift after their reductions, how many states of the stack's top
+        that read)."""
+        actions, out, todo, seen, height = self.spec.actions, set(), [(stack, names)], set(), len(stack)
+        low = height - 1  # the lowest stack position read
         for _ in range(MAX_REDUCTIONS):
             if not todo:
                 break
@@ -84,9 +98,10 @@ class LalrParser:
                         reductions.setdefault(arg, []).append(name)
             for (origin, size), group in reductions.items():
                 base = stack[:-size] if size else stack
+                low = min(low, len(base) - 1)
                 nxt = base + (actions[base[-1]][origin][1],)
                 group = [name for name in group if name not in out and (nxt, name) not in seen]
                 seen.update((nxt, name) for name in group)
                 if group:
                     todo.append((nxt, group))
-        return out
+        return out, height - low

@@ -272,21 +272,20 @@ def _ptr(a: np.ndarray) -> int:
 
 
 class Loops(NamedTuple):
-    """A walk's loop states (TokenIndex.loops), and their arrays as the C walks take them."""
-    states: list[int]
-    pures: list[np.ndarray]
-    limits: list[int]
-    arrays: tuple[np.ndarray, ...]  # int32 states, uintp pointers to pures, int32 limits (kept alive here)
-    args: tuple[int, ...]           # their count and addresses
+    """A walk's loop states (TokenIndex.loops) as the C walks take them."""
+    states: np.ndarray            # int32
+    pures: list[np.ndarray]       # trie.pure_below of each one's byte set
+    limits: np.ndarray            # int32: bytes of the set each reads (INT32_MAX: unbounded)
+    pointers: np.ndarray          # uintp: the pures' addresses
+    args: tuple[int, ...]         # the count and the three arrays' addresses
 
 
-def _as_loops(states: list[int], pures: list[np.ndarray], limits: list[int]) -> Loops:
-    arrays = (np.array(states or [0], dtype=np.int32), np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp),
-              np.array(limits or [0], dtype=np.int32))
-    return Loops(states, pures, limits, arrays, (len(states), *map(_ptr, arrays)))
+def _as_loops(states: np.ndarray, pures: list[np.ndarray], limits: np.ndarray) -> Loops:
+    pointers = np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp)
+    return Loops(states, pures, limits, pointers, (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)))
 
 
-NO_LOOPS = _as_loops([], [], [])
+NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
 
 
 @dataclass(eq=False)
@@ -298,7 +297,7 @@ class TokenIndex:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch")}
+                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -339,17 +338,20 @@ class TokenIndex:
         if out is None:
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
-            size = 32  # token_trie.c's MAX_LOOPS
-            found, limits, sets = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32), \
-                np.zeros((size, 32), dtype=np.uint8)
-            trans, classes, dead = self._static_args[:3]
-            n = mask_library().find_loops(trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes),
-                                          None if accept is None else _ptr(accept), split, state, LOOP_DEPTH,
-                                          COUNT_DEPTH, MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, _ptr(found),
-                                          _ptr(limits), _ptr(sets))
-            out = self._loops[state] = _as_loops(found[:n].tolist(), [self.trie.pure_below(bytes(b)) for b in sets[:n]],
-                                                 limits[:n].tolist())
+            (found, limits, sets), args = self._loop_scratch
+            n = mask_library().find_loops(*args[:5], None if accept is None else _ptr(accept), split, state, *args[5:])
+            out = self._loops[state] = NO_LOOPS if n == 0 else _as_loops(
+                found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
         return out
+
+    @cached_property
+    def _loop_scratch(self) -> tuple[tuple[np.ndarray, ...], tuple]:
+        """find_loops' out arrays (at most token_trie.c's MAX_LOOPS) and its arguments but accept,
+        split and state."""
+        arrays = (np.empty(32, dtype=np.int32), np.empty(32, dtype=np.int32), np.empty((32, 32), dtype=np.uint8))
+        trans, classes, dead = self._static_args[:3]
+        return arrays, (trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
+                        MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays))
 
     @cached_property
     def _static_args(self) -> tuple:

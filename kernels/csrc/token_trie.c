@@ -1,6 +1,7 @@
 /* The token-mask walks of gdserve.grammar's lazy token index (grammar/token_index.py). */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAX_LOOPS 32   /* a walk's loop states */
 #define LOOP_SLOTS 64  /* them by state, open addressing (twice as many) */
@@ -163,7 +164,7 @@ static int32_t same_set(const int32_t *trans, int32_t n_classes, int32_t x, int3
    count_depth while each state counts down to the next), the state that most bytes lead to,
    each state x met where at least min_bytes bytes (class_bytes[c]: how many bytes class c
    holds) lead back to x, or else lead on to one state. Writes x to out, those bytes to out_set
-   (32 bytes each, zeroed by the caller: bit 0x80 >> (b & 7) of byte b >> 3, np.packbits' order),
+   (32 bytes each: bit 0x80 >> (b & 7) of byte b >> 3, np.packbits' order),
    and to out_limit how many bytes of that set x reads and stays alive (run_length): unbounded
    where they lead back (a string's interior), a count down (a string of at most n characters)
    up to max_run, listed only from min_run on. Returns how many (at most MAX_LOOPS). */
@@ -218,6 +219,7 @@ int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const 
         if (out_next[e] != out[e] && (out_limit[e] < min_run || out_limit[e] == INT32_MAX || out[e] == state))
             continue;
         const int32_t *row = trans + (int64_t)out[e] * n_classes;
+        memset(out_set + 32 * kept, 0, 32);
         for (int32_t b = 0; b < 256; b++)  /* np.packbits' order */
             if (row[byte_class[b]] == out_next[e]) out_set[32 * kept + (b >> 3)] |= (uint8_t)(0x80 >> (b & 7));
         out[kept] = out[e];

@@ -123,11 +123,11 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
         assert matcher.accept_token(token)
     dfa, accept = grammar.lexer.arrays()
     index = TokenIndex(dfa, grammar.trie)
-    looping = {s: index.loops(s)[0] for s in range(dfa.dead)}
+    looping = {s: index.loops(s).states.tolist() for s in range(dfa.dead)}
     looping = {s: loops for s, loops in looping.items() if loops}
     assert any(loops[0] == s for s, loops in looping.items())
     assert any(s not in loops for s, loops in looping.items())
-    limits = [limit for s in looping for limit in index.loops(s)[2]]
+    limits = [limit for s in looping for limit in index.loops(s).limits.tolist()]
     assert 2**31 - 1 in limits and min(limits) < 40  # strings: a loop, and the note's count down
     roots = np.flatnonzero(grammar.trie.depth == 1)[::7]
     walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept, split),
@@ -136,7 +136,7 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
     monkeypatch.setattr("gdserve.grammar.token_index.MIN_LOOP_BYTES", 10**9)
     index = TokenIndex(dfa, grammar.trie)
     for s, (whole, subtrees) in walks.items():
-        assert not index.loops(s)[0]
+        assert not len(index.loops(s).states)
         for ours, theirs in zip(whole + subtrees, index.crossings_walk(s, grammar.vocab_size, accept, split)
                                 + index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split)):
             assert np.array_equal(ours, theirs)
