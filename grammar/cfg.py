@@ -174,10 +174,24 @@ class CfgGrammar:
     def _words(self) -> dict[CfgState, np.ndarray]:
         return {}
 
+    @cached_property
+    def _shared_roots(self) -> dict[tuple[int, int], Expansion]:
+        return {}
+
     def root(self, lex: int) -> Expansion:
+        """The vocabulary read from a lexer state: one walk per state, or per family of states
+        where one terminal is alive that read alike (Lexer.shared_key: keys with values alike)."""
         exp = self._roots.get(lex)
         if exp is None:
-            exp = self._roots[lex] = self.store.root(*self.lexer.arrays(), lex)
+            key = self.lexer.shared_key(lex)
+            shared = None if key is None else self._shared_roots.get(key[:2])
+            if shared is not None:
+                exp = shared.relabeled(key[2])
+            else:
+                exp = self.store.root(*self.lexer.arrays(), lex)
+                if key is not None:
+                    self._shared_roots[key[:2]] = exp
+            self._roots[lex] = exp
         return exp
 
     def words(self, config: CfgState) -> np.ndarray:
@@ -201,14 +215,14 @@ class CfgGrammar:
         return words
 
     def _add_crossings(self, exp: Expansion, stack: Stack, words: np.ndarray) -> None:
-        for accept_id, roots in exp.crossings.items():
+        for accept_id, crossing in exp.crossings.items():
             for term in self.lexer.emitted(accept_id):
                 for after in self.step(stack, term):
                     start = self.start_of(after)
-                    child = exp.children.get((term, start))
+                    child = crossing.children.get(start)
                     if child is None:
-                        child = exp.children[(term, start)] = self.store.subtrees(
-                            *self.lexer.arrays(), start, roots)
+                        child = crossing.children[start] = self.store.subtrees(
+                            *self.lexer.arrays(), start, crossing.roots)
                     words |= child.inside
                     self._add_crossings(child, after, words)
 

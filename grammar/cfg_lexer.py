@@ -183,7 +183,7 @@ def _chained(prefix: bytes, rest: ByteDFA) -> ByteDFA:
     for i, b in enumerate(prefix):
         trans[i, classes[b]] = i + 1 if i + 1 < n else rest.start + n
     final = np.concatenate([np.zeros(n, dtype=bool), rest.final])
-    return ByteDFA(classes, trans, final, 0)
+    return ByteDFA(classes, trans, final, 0, tail=(rest, n))
 
 
 def _preference(spec: CfgSpec, tid: int) -> tuple:
@@ -269,6 +269,23 @@ class Lexer:
             sid = self._starts[terms] = self._add_product(terms)
             self._start_states.add(sid)
         return sid
+
+    @cached_property
+    def _own_end(self) -> int:
+        return int(self._bases[-1]) + len(self.dfas[-1].final) if self.dfas else 0
+
+    def shared_key(self, state: int) -> tuple[int, int, int] | None:
+        """(a family, the state in it, the terminal) of a state where one terminal is alive, or
+        None. A family's states read every byte string alike but for the terminal they complete:
+        one DFA's state, in every terminal that ends in that DFA (ByteDFA.tail: keys with values
+        alike)."""
+        if state >= self._own_end:
+            return None
+        t = int(np.searchsorted(self._bases, state, side="right")) - 1
+        dfa, i = self.dfas[t], state - int(self._bases[t])
+        while dfa.tail is not None and i >= dfa.tail[1]:
+            dfa, i = dfa.tail[0], i - dfa.tail[1]
+        return id(dfa), i, t
 
     def _add_product(self, terms: tuple[int, ...]) -> int:
         """Adds the start of `terms` and the states it reaches where two or more of them are

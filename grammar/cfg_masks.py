@@ -14,7 +14,7 @@ next lexeme's start mask ANDed with it.
 When lexemes may end at any complete match (`split`, cfg_lexer), every node below an accepting
 state is a crossing, alive or not, and at depth 0 every token may start the next lexeme.
 Crossing subtrees are walked the same way from the next lexer's start (an Expansion per
-(parent expansion, T, next lexer)), which finds nested crossings (`"},{"`). Only the parser steps
+(crossing group, next lexer start)), which finds nested crossings (`"},{"`). Only the parser steps
 depend on the stack; the matcher applies them (cfg.CfgGrammar.mask).
 """
 from dataclasses import dataclass, field
@@ -26,11 +26,22 @@ from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_lib
 
 
 @dataclass(eq=False)
+class Crossing:
+    roots: np.ndarray                                   # int32 trie nodes where a lexeme starts
+    children: dict = field(default_factory=dict)        # next lexer start -> Expansion of the roots' subtrees
+
+
+@dataclass(eq=False)
 class Expansion:
     inside: np.ndarray                                  # uint32 [W]: tokens that stay inside
-    crossings: dict[int, np.ndarray]                    # accept id (Lexer.emits) -> trie nodes starting a lexeme
+    crossings: dict[int, Crossing]                      # accept id (Lexer.emits) -> where lexemes start
     dying_first: np.ndarray | None = None               # uint32 [W] (root level, accepting state)
-    children: dict = field(default_factory=dict)        # (terminal id, lexer id) -> Expansion
+
+    def relabeled(self, accept_id: int) -> "Expansion":
+        """The expansion of a state that reads bytes as this one does but completes `accept_id`
+        (one crossing group at most: a state where one terminal is alive), sharing the walks."""
+        assert len(self.crossings) <= 1
+        return Expansion(self.inside, {accept_id: c for c in self.crossings.values()}, self.dying_first)
 
 
 @dataclass(eq=False)
@@ -117,9 +128,9 @@ class MaskStore:
         return ids[ids < self.vocab_size]
 
 
-def _by_terminal(nodes: np.ndarray, terms: np.ndarray) -> dict[int, np.ndarray]:
+def _by_terminal(nodes: np.ndarray, terms: np.ndarray) -> dict[int, Crossing]:
     """Crossing nodes grouped by the terminal emitted there."""
-    return {int(term): nodes[terms == term] for term in np.unique(terms)}
+    return {int(term): Crossing(nodes[terms == term]) for term in np.unique(terms)}
 
 
 def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:

@@ -60,6 +60,9 @@ class ByteDFA:
     trans: np.ndarray     # int32 [dead + 1, C]: next state by (state, class)
     final: np.ndarray     # bool [dead + 1]: accepting (EOS allowed)
     start: int            # outlines-core's start (an index reads START_TEXT first: start_state; a terminal begins after it)
+    # Where its states from `offset` on are another DFA's (a key's terminal: its value's DFA after
+    # the key's bytes, which keys with values alike share; cfg_lexer): (that DFA, offset).
+    tail: tuple["ByteDFA", int] | None = None
 
     @property
     def dead(self) -> int:

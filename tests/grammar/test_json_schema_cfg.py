@@ -167,6 +167,30 @@ def test_masks_without_the_native_walk_agree(smollm2_tokenizer, monkeypatch):
     assert masks() == native
 
 
+def test_keys_with_values_alike_share_walks_and_masks(smollm2_tokenizer, monkeypatch):
+    """Keys whose values are written alike share their value's states' walks (Lexer.shared_key):
+    the same masks as a walk per state, each key's own terminal completed."""
+    schema = {"type": "object", "properties": {
+        **{k: {"type": "string"} for k in ("app", "name", "lang")}, "size": {"type": "string", "maxLength": 30},
+        "n": {"type": "integer"}, "m": {"type": "integer"}, "sub": {"type": "object", "properties": {
+            "name": {"type": "string"}, "n": {"type": "integer"}}}}, "required": ["app"]}
+    text = json.dumps({"app": "a\"b", "name": "é x", "lang": "en", "size": "12", "n": 1, "m": -20,
+                       "sub": {"name": "y", "n": 3}})
+    ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+
+    def masks() -> tuple[list[set[int]], int]:
+        g = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True)
+        m, out = g.matcher(), []
+        for t in ids:
+            out.append(allowed_ids(m))
+            assert m.accept_token(t)
+        return out, len(g._shared_roots)
+    shared, families = masks()
+    assert families > 3
+    monkeypatch.setattr("gdserve.grammar.cfg_lexer.Lexer.shared_key", lambda self, state: None)
+    assert masks() == (shared, 0)
+
+
 def test_json_object_is_any_object_at_any_depth(smollm2_tokenizer):
     g = compile_grammar("json_object", True, smollm2_tokenizer)
     shallow = {"a": [{"b": {"c": [{"d": None, "e": [1.5e3, "x\\\"y", True]}]}}]}
