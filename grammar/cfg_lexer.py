@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.lexer_product import Product, ProductWalk, product_index
+from gdserve.grammar.lexer_product import Product, ProductWalk
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
 from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
@@ -208,7 +208,6 @@ class Lexer:
     _accept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     _final: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _starts: dict[tuple[int, ...], int] = field(default_factory=dict)
-    _multi: dict[bytes, int] = field(default_factory=dict)  # own states (int32 bytes) -> id
     _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: a tie's accept id
     _tie_terms: list[tuple[int, ...]] = field(default_factory=list)  # accept id - K -> its tie
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
@@ -259,9 +258,6 @@ class Lexer:
     def _walk(self) -> ProductWalk:
         return ProductWalk(self._joint[0].shape[1])
 
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_walk"}  # native pointers, buffers
-
     def start(self, candidates: frozenset[int]) -> int:
         terms = tuple(sorted(candidates))
         sid = self._starts.get(terms)
@@ -289,33 +285,21 @@ class Lexer:
 
     def _add_product(self, terms: tuple[int, ...]) -> int:
         """Adds the start of `terms` and the states it reaches where two or more of them are
-        alive (those not known yet: a later candidate set shares them); returns the start's id."""
-        starts = np.array([self.dfas[t].start for t in terms], dtype=np.int64)
-        start = (self._bases[list(terms)] + starts).astype(np.int32)
-        p = self._walk.run(start, self._table, self._dead, self._accept, self._rank)
-        keys = [p.members[p.ptr[i]:p.ptr[i + 1]].tobytes() for i in range(1, len(p.best))]
-        ids, new = np.empty(len(p.best), dtype=np.int64), [0]
-        for i, key in enumerate(keys, 1):
-            sid = ids[i] = self._multi.get(key, -1)
-            if sid < 0:
-                new.append(i)
-        first = self._new_states(len(new))
-        ids[new] = first + np.arange(len(new))
-        for i in new[1:]:
-            self._multi[keys[i - 1]] = int(ids[i])
-        rows = p.rows[new]
-        rows = np.where(rows <= -2, ids[np.maximum(product_index(rows), 0)], rows)
-        self._set(first, rows, self._accepts(p, new))
+        alive that are not known yet (a later candidate set shares them); returns the start's id."""
+        start = (self._bases[list(terms)] + [self.dfas[t].start for t in terms]).astype(np.int32)
+        first = self.num_states
+        p = self._walk.run(start, self._table, self._dead, self._accept, self._rank, first)
+        self._new_states(len(p.best))
+        self._set(first, p.rows, self._accepts(p))
         return first
 
-    def _accepts(self, p: Product, states: list[int]) -> np.ndarray:
+    def _accepts(self, p: Product) -> np.ndarray:
         """The accept ids of product states: the preferred completed terminal, or (exact) the tie."""
-        accept = p.best[states].copy()
+        accept = p.best.copy()
         if self.spec.exact:
-            for n, i in enumerate(states):
-                if p.n_final[i] > 1:
-                    done = self._accept[p.members[p.ptr[i]:p.ptr[i + 1]]]
-                    accept[n] = self._tie_id(tuple(done[done >= 0].tolist()))
+            for i in np.flatnonzero(p.n_final > 1).tolist():
+                done = self._accept[p.members[p.ptr[i]:p.ptr[i + 1]]]
+                accept[i] = self._tie_id(tuple(done[done >= 0].tolist()))
         return accept
 
     def _new_states(self, n: int) -> int:

@@ -25,9 +25,10 @@ COMMENT: /#.*?;/
 %ignore " "
 """
 LONG_PREFIX = r"""
-start: AB | AC
-AB: /a{0,300}b/
-AC: /a{0,300}c/
+start: AB | AC | AD
+AB: /a{0,600}b/
+AC: /a{0,600}c/
+AD: /a{0,600}d/
 """
 
 
@@ -83,17 +84,24 @@ def lex(lexer: Lexer, start: int, data: bytes) -> int:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_a_product_past_the_first_buffers(native, monkeypatch):
-    """Both terminals stay alive through 300 `a`s: 300 product states (the walk starts with room
-    for 256), each byte after them picks one."""
+    """Two terminals stay alive through 600 `a`s: 600 product states (the walk starts with room
+    for 256, and knows 512 at first), each byte after them picks one. A candidate set with a
+    third terminal adds its own states; the first set again adds only its start."""
     if not native:
         monkeypatch.setattr(lexer_product, "_library", lambda: None)
     spec = lark_to_spec(LONG_PREFIX)
     lexer = Lexer(spec, [terminal_dfa(t) for t in spec.terminals])
-    start = lexer.start(frozenset(range(len(spec.terminals))))
-    names = {t.name: i for i, t in enumerate(spec.terminals)}
-    for n in (0, 1, 255, 256, 300):
-        assert lexer.emits(lex(lexer, start, b"a" * n + b"b")) == (names["AB"],)
-        assert lexer.emits(lex(lexer, start, b"a" * n + b"c")) == (names["AC"],)
-        assert lexer.emits(lex(lexer, start, b"a" * n)) == ()
-    assert lex(lexer, start, b"a" * 301) == -1
-    assert lexer.num_states > 300
+    ids = {t.name: i for i, t in enumerate(spec.terminals)}
+    two, three = frozenset([ids["AB"], ids["AC"]]), frozenset(ids.values())
+    for candidates in (two, three):
+        start = lexer.start(candidates)
+        for n in (0, 1, 255, 256, 511, 512, 600):
+            for t in sorted(candidates):
+                last = spec.terminals[t].name[1].lower().encode()
+                assert lexer.emits(lex(lexer, start, b"a" * n + last)) == (t,)
+            assert lexer.emits(lex(lexer, start, b"a" * n)) == ()
+        assert lex(lexer, start, b"a" * 601) == -1
+    before = lexer.num_states
+    lexer._starts.clear()  # a new start for the same set: its states after the first byte are known
+    lexer.start(two)
+    assert lexer.num_states == before + 1
