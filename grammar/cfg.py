@@ -183,14 +183,14 @@ class CfgGrammar:
         where one terminal is alive that read alike (Lexer.shared_key: keys with values alike)."""
         exp = self._roots.get(lex)
         if exp is None:
-            key = self.lexer.shared_key(lex)
-            shared = None if key is None else self._shared_roots.get(key[:2])
+            family, terminal = self.lexer.shared_key(lex) or (None, None)
+            shared = self._shared_roots.get(family)
             if shared is not None:
-                exp = shared.relabeled(key[2])
+                exp = shared.relabeled(terminal)
             else:
                 exp = self.store.root(*self.lexer.arrays(), lex)
-                if key is not None:
-                    self._shared_roots[key[:2]] = exp
+                if family is not None:
+                    self._shared_roots[family] = exp
             self._roots[lex] = exp
         return exp
 

@@ -255,6 +255,11 @@ class Lexer:
         return bases
 
     @cached_property
+    def _own_starts(self) -> np.ndarray:
+        """int32 [K]: each terminal's start among its own states."""
+        return (self._bases + np.array([d.start for d in self.dfas], dtype=np.int64)).astype(np.int32)
+
+    @cached_property
     def _walk(self) -> ProductWalk:
         return ProductWalk(self._joint[0].shape[1])
 
@@ -270,23 +275,23 @@ class Lexer:
     def _own_end(self) -> int:
         return int(self._bases[-1]) + len(self.dfas[-1].final) if self.dfas else 0
 
-    def shared_key(self, state: int) -> tuple[int, int, int] | None:
-        """(a family, the state in it, the terminal) of a state where one terminal is alive, or
-        None. A family's states read every byte string alike but for the terminal they complete:
-        one DFA's state, in every terminal that ends in that DFA (ByteDFA.tail: keys with values
-        alike)."""
+    def shared_key(self, state: int) -> tuple[tuple[int, int], int] | None:
+        """((a DFA, its state): the state's family, the terminal) of a state where one terminal is
+        alive, or None. A family's states read every byte string alike but for the terminal they
+        complete: one DFA's state, in every terminal that ends in that DFA (ByteDFA.tail: keys
+        with values alike)."""
         if state >= self._own_end:
             return None
         t = int(np.searchsorted(self._bases, state, side="right")) - 1
         dfa, i = self.dfas[t], state - int(self._bases[t])
         while dfa.tail is not None and i >= dfa.tail[1]:
             dfa, i = dfa.tail[0], i - dfa.tail[1]
-        return id(dfa), i, t
+        return (id(dfa), i), t
 
     def _add_product(self, terms: tuple[int, ...]) -> int:
         """Adds the start of `terms` and the states it reaches where two or more of them are
         alive that are not known yet (a later candidate set shares them); returns the start's id."""
-        start = (self._bases[list(terms)] + [self.dfas[t].start for t in terms]).astype(np.int32)
+        start = self._own_starts[list(terms)]  # first: adds every terminal's own states
         first = self.num_states
         p = self._walk.run(start, self._table, self._dead, self._accept, self._rank, first)
         self._new_states(len(p.best))
