@@ -41,7 +41,7 @@ class ProductWalk:
         self.k_off, self.k_len, self.k_id = (np.empty(512, dtype=np.int64), np.empty(512, dtype=np.int32),
                                              np.empty(512, dtype=np.int32))
         self.k_members, self.k_count = np.empty(2048, dtype=np.int32), np.zeros(2, dtype=np.int64)
-        self.__setstate__(self.__dict__)
+        self._attach()
 
     def __getstate__(self) -> dict:
         return {k: self.__dict__[k] for k in ("n_classes", "known", "k_table", "k_off", "k_len", "k_id",
@@ -49,6 +49,10 @@ class ProductWalk:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._attach()
+
+    def _attach(self) -> None:
+        """This process's library and the walk's buffers (neither pickled)."""
         self.lib = _library()
         self._grow(256, 1024)
 

@@ -31,6 +31,7 @@ MIN_LOOP_BYTES = 32   # a state looping on this many bytes takes its pure subtre
 LOOP_DEPTH = 3        # loop states looked for this many bytes into a walk
 COUNT_DEPTH = 16      # or this many along a count down (a bounded string)
 MIN_RUN = 2           # a count down shorter than this many bytes is walked node by node
+MAX_LOOPS = 32        # loop states find_loops lists at most (token_trie.c's MAX_LOOPS)
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
@@ -331,7 +332,8 @@ class TokenIndex:
     def loops(self, state: int, accept: np.ndarray | None = None, split: bool = False) -> Loops:
         """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
         each reads (C walks only): `state` and the states that most bytes lead to, one and two
-        bytes on (a key's first character, then the rest of an undeclared key), where at least
+        bytes on (a key's first character, then the rest of an undeclared key; up to COUNT_DEPTH
+        along a count down), where at least
         MIN_LOOP_BYTES bytes lead back to the state (a string's interior: unbounded) or on to one
         state, byte after byte (a string of at most n characters: as far as that goes). With
         `split`, through states that complete no terminal (accept). An index is walked with one
@@ -349,9 +351,10 @@ class TokenIndex:
 
     @cached_property
     def _loop_scratch(self) -> tuple[tuple[np.ndarray, ...], tuple]:
-        """find_loops' out arrays (at most token_trie.c's MAX_LOOPS) and its arguments but accept,
-        split and state."""
-        arrays = (np.empty(32, dtype=np.int32), np.empty(32, dtype=np.int32), np.empty((32, 32), dtype=np.uint8))
+        """find_loops' out arrays (states, limits, byte sets) and its arguments but accept, split
+        and state."""
+        arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
+                  np.empty((MAX_LOOPS, 32), dtype=np.uint8))
         trans, classes, dead = self._static_args[:3]
         return arrays, (trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
                         MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays))
