@@ -27,12 +27,13 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json_keys import expand_keys, key_dfa, placeholder_names
 from gdserve.grammar.lexer_product import Product, ProductWalk
 from gdserve.grammar.lark_spec import CfgSpec, Terminal
 from gdserve.grammar.regex import explain_index_error
 from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
-from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, Alt, Atom, Node, Repeat, Seq,
-                                       alternates_at_top, parse, to_regex)
+from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, SUB_OPEN, Alt, Atom, Node, Repeat,
+                                       Seq, alternates_at_top, parse, to_regex)
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 
@@ -40,7 +41,7 @@ def terminal_dfa(t: Terminal) -> ByteDFA:
     try:
         dfa = _regex_dfa(t.regex)
     except ValueError as e:
-        raise GrammarError(f"terminal {t.name}: {explain_index_error(t.regex, e)}") from None
+        raise GrammarError(f"terminal {t.name}: {explain_index_error(expand_keys(t.regex), e)}") from None
     if dfa.final[dfa.start]:
         raise GrammarError(f"terminal {t.name} matches the empty string")
     return dfa
@@ -57,6 +58,8 @@ def _regex_dfa(regex: str) -> ByteDFA:
     prefix, rest = _literal_prefix(regex)
     if prefix:
         return _chained(prefix, _regex_dfa(rest))
+    if SUB_OPEN in regex:
+        return _with_keys(regex)
     composed = _composed(regex)
     if composed is not None:
         return composed
@@ -90,6 +93,34 @@ def _composed(regex: str) -> ByteDFA | None:
     if not _long_repeat_on_spine(node) or not _context_free(node):
         return None
     return _compose(node)
+
+
+def _with_keys(regex: str) -> ByteDFA:
+    """The DFA of a regex holding json_keys placeholders: where they are items of its top
+    sequence, the parts between them and the keys' own DFAs concatenated; otherwise (or where a
+    key's DFA or a seam is not available) the regex with the keys written out."""
+    node = parse(regex)
+    items = node.items if isinstance(node, Seq) else (node,)
+    parts, run = [], []
+    for item in items:
+        if isinstance(item, Atom) and item.text.startswith(SUB_OPEN):
+            parts += [Seq(tuple(run))] if len(run) > 1 else run
+            parts.append(item)
+            run = []
+        else:
+            run.append(item)
+    parts += [Seq(tuple(run))] if len(run) > 1 else run
+    dfa = None
+    for part in parts:
+        if isinstance(part, Atom) and part.text.startswith(SUB_OPEN):
+            d = key_dfa(placeholder_names(part.text))
+        else:
+            text = to_regex(part)
+            d = None if SUB_OPEN in text else _regex_dfa(text)
+        dfa = d if dfa is None or d is None else concat(dfa, d)
+        if d is None or dfa is None:
+            return _regex_dfa(expand_keys(regex))
+    return dfa
 
 
 def _composable(node: Node) -> bool:
@@ -141,7 +172,7 @@ def _part(node: Node) -> ByteDFA | None:
     return _compose(node) if _long_repeat_on_spine(node) else _regex_dfa(to_regex(node))
 
 
-_LITERAL_UNIT = r"[^\\\[\](){}|?*+.^$]|\\x[0-9a-fA-F]{2}|\\[^0-9A-Za-z]"
+_LITERAL_UNIT = r"[^\\\[\](){}|?*+.^$\ue002\ue003]|\\x[0-9a-fA-F]{2}|\\[^0-9A-Za-z]"
 _LITERAL_RUN = re.compile(f"(?:{_LITERAL_UNIT})+")
 _UNITS = re.compile(_LITERAL_UNIT)
 

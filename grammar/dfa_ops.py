@@ -11,7 +11,7 @@ Only states reachable from the start are kept; the result is not minimized (no c
 """
 import numpy as np
 
-from gdserve.grammar.token_index import ByteDFA
+from gdserve.grammar.token_index import ByteDFA, byte_classes
 
 
 def joint_classes(class_maps: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -81,6 +81,14 @@ def repeat(c: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
         final = np.concatenate([final, [True]])
         start = len(final) - 1
     return _dfa(classes, rows, final, start)
+
+
+def from_table(rows: np.ndarray, final: np.ndarray, start: int) -> ByteDFA:
+    """ByteDFA of rows over the 256 bytes (-1 = dies), keeping the states reachable from start
+    (start first) with bytes no state tells apart in one class."""
+    dfa = _dfa(np.arange(256, dtype=np.uint8), rows, final, start)
+    trans, classes = byte_classes(dfa.trans)
+    return ByteDFA(classes, trans, dfa.final, 0)
 
 
 def _dfa(classes: np.ndarray, rows: np.ndarray, final: np.ndarray, start: int) -> ByteDFA:

@@ -111,6 +111,7 @@ from gdserve.grammar.json_schema_norm import (
     _Sub,
     _value_types,
 )
+from gdserve.grammar.json_keys import key_placeholder, key_regex
 from gdserve.grammar.json_strings import (
     CHAR,
     Limits,
@@ -285,61 +286,6 @@ def _num_literal(v) -> str:
     s = format(d.normalize(), "f")
     ip, fp = s.split(".")
     return f"{sign}{ip}\\.{fp}0*"
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_not_in(names: tuple[str, ...]) -> str:
-    """A JSON string (with quotes) whose decoded value is none of names: either it leaves the
-    trie of names at some character (then anything follows), or it stops at a trie node that
-    is not a name. Each name character is matched in all its spellings, so escapes can't
-    smuggle a declared name in. A character that is in no name leaves the trie at any node:
-    that way out is written once, after a branch that reads any path of the trie, so the
-    DFA shares its escape states (written at every node, a hundred names made ~15,000 states)."""
-    if not names:
-        return f'"{CHAR}*"'
-    trie: dict = {}
-    for name in names:
-        node = trie
-        for c in name:
-            node = node.setdefault(c, {})
-        node[None] = True
-    name_chars = {c for name in names for c in name}
-    in_names = chars(*name_chars)
-
-    def group(alts: list[str | None]) -> str | None:
-        alts = [a for a in alts if a is not None]
-        if not alts:
-            return None
-        return alts[0] if len(alts) == 1 and alts[0] else "(?:" + "|".join(alts) + ")"
-
-    def kids(node) -> list[str]:
-        return sorted(k for k in node if k is not None)
-
-    @functools.cache
-    def spell(c: str) -> str:
-        return string_literal(c)[1:-1]
-
-    def any_path(node) -> str:
-        return group([""] + [spell(c) + any_path(node[c]) for c in kids(node)])
-
-    def leave_by_name_char(node) -> str | None:
-        """A path, then a character of some name that is not a child there."""
-        others = name_chars.difference(node)
-        return group([encode_charset(chars(*others)) if others else None]
-                     + [_prefixed(spell(c), leave_by_name_char(node[c])) for c in kids(node)])
-
-    def prefixes(node) -> str | None:
-        return group(([] if None in node else [""])
-                     + [_prefixed(spell(c), prefixes(node[c])) for c in kids(node)])
-
-    other = encode_charset(complement(in_names))
-    leave = group([any_path(trie) + other if other else None, leave_by_name_char(trie)])
-    parts = [None if leave is None else f"{leave}{CHAR}*", prefixes(trie)]
-    return '"' + group(parts) + '"'
-
-
-def _prefixed(head: str, rest: str | None) -> str | None:
-    return None if rest is None else head + rest
 
 
 class _Compiler(Normalizer):
@@ -684,7 +630,7 @@ class _Compiler(Normalizer):
             if n.formats or n.patterns or n.min_len > 0 or n.max_len is not None:
                 self.unsupported("not", n.ptr, "excluded strings together with pattern/format/length")
             else:
-                return _key_not_in(tuple(excluded))
+                return key_regex(tuple(excluded))
         specs = []
         for fmt, p in n.formats:
             if not is_known_format(fmt):
@@ -761,13 +707,12 @@ class _Compiler(Normalizer):
                 continue
             members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
         # additional properties
-        extra, interleave = None, None
-        key = _key_not_in(tuple(kept_out))
+        extra, interleave, key = None, None, None  # key None: extra holds its keys (patternProperties)
         if n.pattern_props:
             extra = self._pattern_members(n, kept_out)
-            key = None
         elif n.additional is not None or not names or self.open_objects:
             extra = self._content(n.additional or [], f"{n.ptr}/additionalProperties")
+            key = None if extra is None else self._other_key(tuple(kept_out))
         else:
             self.narrowed.append(f"at {_show(n.ptr)}: only the declared properties (no additionalProperties: "
                                  "other keys left out unless open_objects)")
@@ -956,7 +901,7 @@ class _Compiler(Normalizer):
                 if not matches_everything(spec):
                     self.unsupported("patternProperties", p, f"pattern {q!r} matches a declared property name")
                     continue
-                key = _key_not_in(tuple(names))
+                key = self._other_key(tuple(names))
             else:
                 key = spec.emit(limits, self.narrowed, _show(p))
             value = self._content(conj, p)
@@ -966,6 +911,11 @@ class _Compiler(Normalizer):
         if not alts:
             return None
         return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    def _other_key(self, names: tuple[str, ...]) -> str:
+        """A key whose decoded value is none of names: on the grammar path the placeholder of the
+        DFA json_keys builds directly."""
+        return key_placeholder(names) if self.rules_mode else key_regex(names)
 
     def _pattern_covers(self, n: _Node, name: str, conj: list[_Sub]) -> bool:
         """A key `name` spelled by a pattern's member gets only the pattern's schemas: exact where

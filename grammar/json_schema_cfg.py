@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json_keys import expand_keys
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.lalr import Rule
 from gdserve.grammar.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
@@ -31,7 +32,7 @@ SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a 
 @dataclass
 class JsonSchemaGrammar:
     rules: list[Rule]          # BNF, start rule `start`
-    terminals: dict[str, str]  # name -> regex (outlines-core's dialect)
+    terminals: dict[str, str]  # name -> regex (outlines-core's dialect, with json_keys placeholders)
     relaxed: list[str]
     narrowed: list[str]
     max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
@@ -49,7 +50,8 @@ class JsonSchemaGrammar:
         for rule in self.rules:
             bodies.setdefault(rule.origin, []).append(" ".join(rule.expansion))
         lines = [f"{name}: {' | '.join(options)}" for name, options in bodies.items()]
-        return "\n".join(lines + [f"{name}: /{_lark_regex(regex)}/" for name, regex in self.terminals.items()])
+        return "\n".join(lines + [f"{name}: /{_lark_regex(expand_keys(regex))}/"
+                                  for name, regex in self.terminals.items()])
 
 
 def schema_to_grammar(schema: dict | bool | str, whitespace_pattern: str | None = None,

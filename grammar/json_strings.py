@@ -224,6 +224,14 @@ def encode_charset(s: Intervals, pairs: bool = True) -> str | None:
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
+def encodes_each(s: Intervals) -> bool:
+    """Whether encode_charset spells every subset of s as the union of its characters' own
+    encodings (it leaves out escapes of a set with many non-ASCII intervals)."""
+    def count(part: Intervals) -> int:
+        return sum(b - a + 1 for a, b in intersect(s, part))
+    return count(((0x80, 0xFFFF),)) <= _MAX_ESCAPE_INTERVALS and count(((0x10000, MAX_CP),)) <= 4
+
+
 CHAR = encode_charset(ALL)
 CHAR_BOUNDED = encode_charset(ALL, pairs=False)
 

@@ -4,7 +4,9 @@ regex into grammar terminals: `nullable` (matches the empty string) and `nonempt
 language without the empty string).
 
 A placeholder `RULE_OPEN name RULE_CLOSE` (two private-use characters, which the generated
-regexes never contain raw: they write non-ASCII as escapes) is an atom standing for a rule.
+regexes never contain raw: they write non-ASCII as escapes) is an atom standing for a rule;
+`SUB_OPEN ... SUB_CLOSE` one for a sub-automaton its writer builds directly (json_keys), with
+its size and byte sizes written in.
 """
 from __future__ import annotations
 
@@ -15,10 +17,21 @@ from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.regex import _class_end
 
 RULE_OPEN, RULE_CLOSE = "\ue000", "\ue001"
+SUB_OPEN, SUB_CLOSE = "\ue002", "\ue003"
 
 
 def placeholder(name: str) -> str:
     return f"{RULE_OPEN}{name}{RULE_CLOSE}"
+
+
+def sub_placeholder(payload: str, size: int, sizes: tuple[int, int]) -> str:
+    """An atom for a sub-automaton (payload: [0-9a-f] only, which no regex syntax reads); size
+    and sizes as _Derived's."""
+    return f"{SUB_OPEN}{size}.{sizes[0]}.{sizes[1]}.{payload}{SUB_CLOSE}"
+
+
+def sub_payload(atom: str) -> str:
+    return atom[1:-1].split(".", 3)[3]
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,10 @@ class Atom(_Derived):
     text: str   # a character, an escape, a class, `.`, or an opaque flag group
 
     def __post_init__(self):
+        if self.text.startswith(SUB_OPEN):
+            size, fewest, optional, _ = self.text[1:-1].split(".", 3)
+            self._derive(False, int(size), (int(fewest), int(optional)))
+            return
         rule = self.text.startswith(RULE_OPEN)
         self._derive(rule, 1, None if rule else (_atom_bytes(self.text), 0))
 
@@ -394,8 +411,8 @@ class _Parser:
         if c == "[":
             j = _class_end(t, i)
             return Atom(t[i:j]), j
-        if c == RULE_OPEN:
-            j = t.index(RULE_CLOSE, i) + 1
+        if c == RULE_OPEN or c == SUB_OPEN:
+            j = t.index(RULE_CLOSE if c == RULE_OPEN else SUB_CLOSE, i) + 1
             return Atom(t[i:j]), j
         if c == "\\":
             return Atom(t[i:(j := self._escape_end(i))]), j

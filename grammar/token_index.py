@@ -119,11 +119,11 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
     table[np.searchsorted(states, src[keep]), byte[keep]] = np.searchsorted(states, dst[keep])
     final = np.zeros(dead + 1, dtype=bool)
     final[np.searchsorted(states, np.array(list(index.get_final_states()), dtype=np.int64))] = True
-    trans, classes = _byte_classes(table)
+    trans, classes = byte_classes(table)
     return ByteDFA(classes, trans, final, int(np.searchsorted(states, start)))
 
 
-def _byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 [S, C] one column per class, uint8 [256] byte -> class): bytes whose columns of
     `table` are equal share a class, numbered in order of their first byte."""
     ids: dict[bytes, int] = {}
