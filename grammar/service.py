@@ -37,6 +37,7 @@ from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.token_index import token_trie
 from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
+from gdserve.utils import settle_gc
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -61,6 +62,7 @@ def _load_vocabulary(vocab: TokenVocabulary, memory_limit_mb: int | None) -> int
     _worker_vocab = vocab
     os.nice(10)
     token_trie(vocab.token_bytes, vocab.fingerprint)
+    settle_gc()
     if memory_limit_mb is not None:
         mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         limit = mapped + memory_limit_mb * 2**20

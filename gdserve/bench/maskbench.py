@@ -30,6 +30,7 @@ import torch
 from gdserve.bench.peers import BACKENDS, MODULES, Backend, CompileFailed, make_backend
 from gdserve.bench.workloads import shared_dir
 from gdserve.models.registry import DEFAULT_MODEL
+from gdserve.utils import settle_gc
 
 SUITES = ("maskbench", "jsts")
 # crash: an exception while checking instances, or the worker died: a bug either way.
@@ -154,6 +155,7 @@ def _worker_main(conn, factory: Callable[..., Backend], kwargs: dict, log_path: 
     except BaseException as e:
         conn.send(("init_error", f"{type(e).__name__}: {e}"))
         return
+    settle_gc()  # as the server's compile workers do, for every backend alike
     conn.send(("ready", backend.settings))
     bitmask = torch.zeros(1, (kwargs["vocab_size"] + 31) // 32, dtype=torch.int32)
     while True:

@@ -9,31 +9,7 @@ from gdserve.grammar.json_keys import expand_keys, key_dfa, key_placeholder, key
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
 from gdserve.grammar.lark_spec import Terminal
 from gdserve.grammar.regex_tree import Atom, parse
-from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
-
-
-def _difference(a: ByteDFA, sa: int, b: ByteDFA, sb: int) -> bytes | None:
-    """The shortest text one DFA accepts from its state and the other does not (None: same language)."""
-    fa, fb = a.trans[:, a.classes], b.trans[:, b.classes]
-    seen = {(sa, sb): b""}
-    frontier = [(sa, sb)]
-    while frontier:
-        nxt = []
-        for x, y in frontier:
-            if a.final[x] != b.final[y]:
-                return seen[(x, y)]
-            for byte in range(256):
-                pair = (int(fa[x, byte]), int(fb[y, byte]))
-                if pair not in seen:
-                    seen[pair] = seen[(x, y)] + bytes([byte])
-                    nxt.append(pair)
-        frontier = nxt
-    return None
-
-
-def _reference(names: tuple[str, ...]) -> tuple[ByteDFA, int]:
-    dfa = build_byte_dfa(indexed_pattern(key_regex(names)))
-    return dfa, start_state(dfa)
+from tests.grammar.dfa_check import direct, equivalent
 
 
 NAMES = [("ab", "ac"), ("",), ("", "a", "ab"), ("name", "names", "id", "type"), ("/",), ("a/b", "/"),
@@ -45,7 +21,7 @@ NAMES = [("ab", "ac"), ("",), ("", "a", "ab"), ("name", "names", "id", "type"), 
 def test_key_dfa_has_the_regex_language(names):
     dfa = key_dfa(names)
     assert dfa is not None
-    assert _difference(dfa, dfa.start, *_reference(names)) is None
+    assert equivalent(dfa, direct(key_regex(names)))
 
 
 def test_key_dfa_on_random_name_sets():
@@ -54,8 +30,7 @@ def test_key_dfa_on_random_name_sets():
     for _ in range(60):
         names = tuple(sorted({"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5)))
                               for _ in range(rng.randint(1, 6))}))
-        dfa = key_dfa(names)
-        assert _difference(dfa, dfa.start, *_reference(names)) is None, names
+        assert equivalent(key_dfa(names), direct(key_regex(names))), names
 
 
 def test_key_dfa_refuses_declared_names_in_any_spelling_and_takes_others():
@@ -75,8 +50,7 @@ def test_names_the_recognizer_cannot_tag_fall_back_to_the_regex():
     many = tuple(chr(0x4E00 + i) for i in range(13))  # more escaped characters than spelled one by one
     assert key_dfa(many) is None
     terminal = Terminal("T", key_placeholder(many), 0, False, False)
-    dfa = terminal_dfa(terminal)
-    assert _difference(dfa, dfa.start, *_reference(many)) is None
+    assert equivalent(terminal_dfa(terminal), direct(key_regex(many)))
 
 
 def test_placeholder_sizes_bound_the_regex_tree_and_round_trip():
@@ -96,7 +70,5 @@ def test_grammar_path_key_terminal_is_the_regex_terminal():
     keyed = [t for t in grammar.spec().terminals if "\ue002" in t.regex]
     assert keyed
     for t in keyed:
-        dfa = terminal_dfa(t)
-        ref = build_byte_dfa(indexed_pattern(f"\\x01(?:{expand_keys(t.regex)})"))
-        assert _difference(dfa, dfa.start, ref, ref.walk(start_state(ref), b"\x01")) is None
+        assert equivalent(terminal_dfa(t), direct(expand_keys(t.regex)))
     assert "\ue002" not in grammar.lark  # the lark form has the keys written out

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from gdserve.config import EngineConfig
+from gdserve.utils import settle_gc
 from gdserve.entrypoints.openai.limits import RequestLimits
 
 
@@ -48,6 +49,7 @@ def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
     engine = _load(args.model, engine_kwargs)
+    settle_gc()
     name = args.served_model_name or args.model
     app = build_app(engine, name, args.api_key, args.max_queue, chat_template, _limits(args), args.allowed_origins)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
