@@ -21,6 +21,7 @@ evaluates); json_patterns uses them to translate `pattern`s soundly under both.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
@@ -242,12 +243,16 @@ def encode_char(c: str) -> str:
 
 
 def string_literal(value: str) -> str:
-    """Regex for the JSON string literal of `value` (escapes accepted where JSON allows them)."""
+    """Regex for the JSON string literal of `value` (escapes accepted where JSON allows them).
+    GrammarError for a lone surrogate, which no generated text holds (see the module docstring)."""
     out = []
     for c in value:
         cp = ord(c)
         if 0x20 <= cp < 0x7F and c not in '"\\/':
             out.append(lit(c))
+        elif 0xD800 <= cp <= 0xDFFF:
+            raise GrammarError(f"string {json.dumps(value)} holds a lone surrogate (U+{cp:04X}), which "
+                               "gdserve never generates: remove it from the schema")
         else:
             out.append(encode_char(c))
     return '"' + "".join(out) + '"'

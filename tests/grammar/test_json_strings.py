@@ -11,6 +11,7 @@ import pytest
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_formats import FORMATS
 from gdserve.grammar.json_schema import schema_to_regex
+from gdserve.grammar.json_schema_cfg import schema_to_grammar
 
 
 def rx_for(schema):
@@ -237,3 +238,11 @@ def test_more_formats():
             assert rx.fullmatch(json.dumps(s)), (fmt, s)
         for s in no:
             assert not rx.fullmatch(json.dumps(s)), (fmt, s)
+
+
+@pytest.mark.parametrize("schema", [{"const": "a\ud800"}, {"enum": ["ok", "\udc00"]},
+                                    {"type": "object", "properties": {"\ud83d": {"type": "integer"}}}])
+def test_lone_surrogates_are_refused_by_name_on_both_paths(schema):
+    for compile_schema in (schema_to_regex, lambda s: schema_to_grammar(s, open_objects=True)):
+        with pytest.raises(GrammarError, match="lone surrogate"):
+            compile_schema(schema)
