@@ -246,9 +246,11 @@ class Lexer:
     @cached_property
     def _joint(self) -> tuple[np.ndarray, np.ndarray]:
         """(int [K, C] each terminal's byte class per joint class, uint8 [256] joint class)."""
-        joint, classes = np.unique(np.stack([d.classes for d in self.dfas]), axis=1,
-                                   return_inverse=True)
-        return joint, classes.reshape(256).astype(np.uint8)
+        columns = np.ascontiguousarray(np.stack([d.classes for d in self.dfas]).T)  # [256, K]
+        ids: dict[bytes, int] = {}
+        classes = np.array([ids.setdefault(c.tobytes(), len(ids)) for c in columns], dtype=np.uint8)
+        first = np.unique(classes, return_index=True)[1]
+        return columns[first].T.astype(np.int64), classes
 
     @cached_property
     def _byte_class(self) -> list[int]:
@@ -273,16 +275,21 @@ class Lexer:
         joint = self._joint[0]
         sizes = np.array([len(d.final) for d in self.dfas], dtype=np.int64)
         bases = self._new_states(int(sizes.sum())) + np.cumsum(sizes) - sizes
-        rows, accept = [], []
-        for t, dfa in enumerate(self.dfas):
-            nxt = dfa.trans[:, joint[t]]
-            row = np.where(nxt == dfa.dead, -1, nxt + bases[t])
-            if self.spec.terminals[t].lazy:
-                row[dfa.final] = -1  # a lazy terminal ends at its first match
-            rows.append(row)
-            accept.append(np.where(dfa.final, t, -1))
-        if rows:
-            self._set(int(bases[0]), np.concatenate(rows), np.concatenate(accept))
+        if not self.dfas:
+            return bases
+        # one gather over every terminal's table, flattened end to end
+        widths = np.array([d.trans.shape[1] for d in self.dfas], dtype=np.int64)
+        offsets = np.cumsum(sizes * widths) - sizes * widths
+        term = np.repeat(np.arange(len(self.dfas)), sizes)  # each own state's terminal
+        local = np.arange(len(term)) - (bases - bases[0])[term]
+        flat = np.concatenate([d.trans.ravel() for d in self.dfas])  # int32
+        nxt = flat[(offsets[term] + local * widths[term])[:, None] + joint[term]]
+        dead = np.array([d.dead for d in self.dfas], dtype=np.int32)[term]
+        final = np.concatenate([d.final for d in self.dfas])
+        lazy = np.array([t.lazy for t in self.spec.terminals], dtype=bool)[term]
+        rows = np.where((nxt == dead[:, None]) | (final & lazy)[:, None], -1,
+                        nxt + bases.astype(np.int32)[term][:, None])
+        self._set(int(bases[0]), rows, np.where(final, term, -1))  # a lazy terminal ends at its first match
         return bases
 
     @cached_property

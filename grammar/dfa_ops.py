@@ -84,11 +84,12 @@ def repeat(c: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
 
 
 def from_table(rows: np.ndarray, final: np.ndarray, start: int) -> ByteDFA:
-    """ByteDFA of rows over the 256 bytes (-1 = dies), keeping the states reachable from start
-    (start first) with bytes no state tells apart in one class."""
-    dfa = _dfa(np.arange(256, dtype=np.uint8), rows, final, start)
-    trans, classes = byte_classes(dfa.trans)
-    return ByteDFA(classes, trans, dfa.final, 0)
+    """ByteDFA of rows over the 256 bytes (-1 = dies), every state kept (a caller that builds
+    few unreachable ones saves the search), bytes no state tells apart in one class."""
+    dead = len(rows)
+    table = np.concatenate([np.where(rows < 0, dead, rows), np.full((1, 256), dead)]).astype(np.int32)
+    trans, classes = byte_classes(table)
+    return ByteDFA(classes, trans, np.concatenate([final, [False]]), start)
 
 
 def _dfa(classes: np.ndarray, rows: np.ndarray, final: np.ndarray, start: int) -> ByteDFA:

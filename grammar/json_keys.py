@@ -249,7 +249,7 @@ class _KeyTable:
         template[ord('"')] = self.accept
         entry = [ord("\\")] + list(range(0x80, 0x100))
         template[entry] = shared[rec.next[rec.start, entry]]
-        node_rows = np.tile(template, (len(self.kids), 1))
+        node_rows = np.repeat(template[None], len(self.kids), axis=0)
         node_rows[np.flatnonzero(self.is_name), ord('"')] = -1
         for node, kids in enumerate(self.kids):
             mask = 0
