@@ -7,7 +7,8 @@ at ~20 µs a state (4,000 states for maxLength 256) and in time exponential in t
 repetition comes first.
 
 ByteDFA's conventions hold: states 0..dead, `dead` the last, absorbing and never accepting.
-Only states reachable from the start are kept; the result is not minimized (no caller needs that).
+concat and repeat keep the states reachable from the start; from_table (a table built by hand,
+as json_keys does) keeps every state. Nothing is minimized (no caller needs that).
 """
 import numpy as np
 

@@ -23,6 +23,7 @@ import json
 import numpy as np
 
 from gdserve.grammar.dfa_ops import from_table
+from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_strings import (CHAR, Intervals, chars, complement, encode_char, encode_charset,
                                           encodes_each, intersect, string_literal)
 from gdserve.grammar.regex_tree import SUB_CLOSE, SUB_OPEN, sub_payload, sub_placeholder
@@ -155,7 +156,7 @@ class _Recognizer:
         reads = self.next.copy()
         reads[:, tags] = self.dead
         if (reads[self.done >= 0] != self.dead).any():
-            raise AssertionError("a JSON character's spelling is a prefix of another's")
+            raise GrammarError("internal: a JSON character's spelling is a prefix of another's")
         self.live = self._live_tags(reads)
 
     def _live_tags(self, reads: np.ndarray) -> list[int]:
@@ -182,8 +183,7 @@ def _recognizer(special: tuple[str, ...], names_have_chars: bool) -> _Recognizer
 @functools.lru_cache(maxsize=1)
 def _left() -> ByteDFA:
     """After the key left the trie: any characters, then the closing quote."""
-    dfa = build_byte_dfa(indexed_pattern(f"(?:{CHAR})*\""))
-    return dfa
+    return build_byte_dfa(indexed_pattern(f"(?:{CHAR})*\""))
 
 
 class _KeyTable:

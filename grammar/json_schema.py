@@ -85,7 +85,6 @@ subschema whose regex is RULE_MIN_CHARS long or more becomes a rule.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from contextlib import contextmanager
@@ -115,9 +114,6 @@ from gdserve.grammar.json_keys import key_placeholder, key_regex
 from gdserve.grammar.json_strings import (
     CHAR,
     Limits,
-    chars,
-    complement,
-    encode_charset,
     repeat,
     string_literal,
 )
