@@ -16,7 +16,6 @@ A compile also checks that some sequence of the vocabulary's tokens reaches an a
 (as outlines-core's Index did), so a regex the tokenizer cannot spell fails here, not mid-sequence.
 """
 import json
-import re
 from typing import TYPE_CHECKING
 
 from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
@@ -28,7 +27,6 @@ from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_gramma
 from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
-from gdserve.grammar.regex_tree import parse
 from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, indexed_pattern, start_state,
                                          token_trie)
 from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
@@ -45,9 +43,8 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
                     eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
     `tokenizer`. A recursive JSON Schema, one whose regex would be too large to index
-    (json_schema.MAX_REGEX_CHARS) or compiles slower than its grammar (GRAMMAR_PATH_SIZE), and
-    json_object (any JSON object, spec ignored) take the grammar path (json_schema_cfg); other
-    JSON Schemas a regex.
+    (json_schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
+    path (json_schema_cfg); other JSON Schemas a regex.
 
     whitespace_pattern, lenient, open_objects: json and json_object (see json_schema.schema_to_regex;
         open_objects: undeclared keys wherever JSON Schema admits them, else objects with declared
@@ -81,11 +78,6 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
             if isinstance(no_regex, RecursiveSchemaError):
                 raise
             raise GrammarError(f"{no_regex.message}; the grammar path failed too: {e.message}") from None
-    if kind == "json" and grammar_is_faster(regex):
-        try:
-            return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
-        except GrammarError:
-            pass  # the regex path still takes it
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     index = build_index(regex, vocab)
     initial_state = start_state(index.dfa)
@@ -93,24 +85,6 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
     return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report)
-
-
-# Expanded positions (regex_tree's node.size) from which a JSON Schema compiles faster on the grammar
-# path than as one regex: outlines-core determinizes the whole regex at ~20 µs a state, where the
-# grammar path builds small terminal DFAs and the lexer's states as the text reaches them. On
-# maskbench-dev's regex-path schemas (closed objects, every 2nd): at 500-1,000 positions both
-# take ~13 ms (p50), at 1,000-2,000 26 against 15 ms, at 8,000-16,000 226 against 35 ms; the
-# grammar path also refused fewer valid instances (exact any-depth values and whitespace).
-GRAMMAR_PATH_SIZE = 500
-_BIG_BOUND = re.compile(r"\{\d*,?\d{3,}\}")  # a repetition bound of 100 or more
-
-
-def grammar_is_faster(regex: str) -> bool:
-    """Whether a JSON Schema's regex expands to GRAMMAR_PATH_SIZE positions or more (parsed only
-    where its length or a big repetition bound can put it there)."""
-    if len(regex) < GRAMMAR_PATH_SIZE // 2 and not _BIG_BOUND.search(regex):
-        return False
-    return parse(regex).size >= GRAMMAR_PATH_SIZE
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,

@@ -5,10 +5,7 @@ import re
 
 import pytest
 
-from gdserve.grammar import GrammarError, compile_grammar, compiler
-from gdserve.grammar.cfg import CfgGrammar
-from gdserve.grammar.compiler import grammar_is_faster
-from gdserve.grammar.matcher import Grammar
+from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.vocabulary import token_vocabulary
 from tests.grammar.walk import Walker, feed
 
@@ -108,35 +105,3 @@ def test_json_schema(smollm2_tokenizer):
     for _ in range(10):
         value = json.loads(decode(vocab, walker.walk(rng, random_steps=4)))
         assert isinstance(value["a"], int)
-
-
-def _big_schema(n: int) -> dict:
-    """An object of n optional string and integer members: its regex expands to ~100n positions."""
-    props = {f"field_{i}": {"type": "string", "maxLength": 12} if i % 2 else {"type": "integer"} for i in range(n)}
-    return {"type": "object", "properties": props, "required": ["field_0"]}
-
-
-def test_big_json_schemas_take_the_grammar_path_small_ones_the_regex(smollm2_tokenizer):
-    small = compile_grammar("json", _big_schema(1), smollm2_tokenizer)
-    assert isinstance(small, Grammar)
-    assert not grammar_is_faster(small.regex)
-    big = compile_grammar("json", _big_schema(12), smollm2_tokenizer)
-    assert isinstance(big, CfgGrammar) and big.kind == "json" and big.report is not None
-    encode = lambda s: smollm2_tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    assert feed(big, encode('{"field_0": 1, "field_1": "short", "field_4": -3}'))
-    assert not feed(big, encode('{"field_1": "short"}'))  # field_0 is required
-    assert not feed(big, encode('{"field_0": 1, "field_1": "far too long a string"}'))
-    short_but_long = compile_grammar("json", {"type": "string", "maxLength": 200}, smollm2_tokenizer)
-    assert isinstance(short_but_long, CfgGrammar)  # a short regex with a big repetition bound
-    assert feed(short_but_long, encode(json.dumps("x" * 200)))
-    assert not feed(short_but_long, encode(json.dumps("x" * 201)))
-
-
-def test_the_regex_path_takes_a_big_schema_the_grammar_path_refuses(smollm2_tokenizer, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise GrammarError("grammar path unavailable")
-
-    monkeypatch.setattr(compiler, "compile_json_cfg", refuse)
-    grammar = compile_grammar("json", _big_schema(12), smollm2_tokenizer)
-    assert isinstance(grammar, Grammar)
-    assert feed(grammar, smollm2_tokenizer.encode('{"field_0": 1}', add_special_tokens=False))
