@@ -4,7 +4,8 @@ engine (CUDA graphs, then --enforce-eager) and on HF `generate` (static batches 
 guided_workload() n=256 guided against the same work unguided. Llama-3-8B shape, bf16, random
 weights on both sides. Needs the standard workloads: GDSERVE_SHARED=<folder holding
 bench/workload.py and guided_schemas.json>.
-Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf]   (writes bench_gpu.json under $OUT)"""
+Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only]   (writes bench_gpu.json
+under $OUT; --guided-only: the guided against unguided run alone)"""
 import gc
 import json
 import os
@@ -23,7 +24,8 @@ def main() -> None:
     import torch
     from gdserve.bench.throughput import run_engine, run_guided_vs_unguided, run_hf
     from gdserve.bench.workloads import load_workload_module
-    args = [a for a in sys.argv[1:] if a != "--skip-hf"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    guided_only = "--guided-only" in sys.argv
     num_layers = int(args[0]) if args else 32
     workloads = load_workload_module()
     requests = workloads.random_workload(n=256)
@@ -42,15 +44,18 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         test_gpu.save_model_dir(Path(tmp), num_layers)
-        record("engine", run_engine(requests, tmp, engine_args))
-        record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))
+        if not guided_only:
+            record("engine", run_engine(requests, tmp, engine_args))
+            record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))
         record("guided", run_guided_vs_unguided(workloads.guided_workload(n=256), tmp, engine_args))
-        if "--skip-hf" not in sys.argv:
+        if "--skip-hf" not in sys.argv and not guided_only:
             record("hf", run_hf(requests, Path(tmp), torch.bfloat16, torch.device("cuda"), 128, dummy=True))
             result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]
-    result["graphs_over_eager"] = result["engine"]["tokens_per_s"] / result["engine_eager"]["tokens_per_s"]
-    print(f"ratio engine / hf: {result.get('ratio', 0):.2f}x; CUDA graphs / eager {result['graphs_over_eager']:.2f}x; "
-          f"guided / unguided {result['guided']['ratio']:.2f}x", flush=True)
+    if not guided_only:
+        result["graphs_over_eager"] = result["engine"]["tokens_per_s"] / result["engine_eager"]["tokens_per_s"]
+        print(f"ratio engine / hf: {result.get('ratio', 0):.2f}x; CUDA graphs / eager "
+              f"{result['graphs_over_eager']:.2f}x", flush=True)
+    print(f"guided / unguided {result['guided']['ratio']:.2f}x", flush=True)
     (out / "bench_gpu.json").write_text(json.dumps(result, indent=1))
 
 
