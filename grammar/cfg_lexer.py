@@ -100,19 +100,9 @@ def _with_keys(regex: str) -> ByteDFA:
     sequence, the parts between them and the keys' own DFAs concatenated; otherwise (or where a
     key's DFA or a seam is not available) the regex with the keys written out."""
     node = parse(regex)
-    items = node.items if isinstance(node, Seq) else (node,)
-    parts, run = [], []
-    for item in items:
-        if isinstance(item, Atom) and item.text.startswith(SUB_OPEN):
-            parts += [Seq(tuple(run))] if len(run) > 1 else run
-            parts.append(item)
-            run = []
-        else:
-            run.append(item)
-    parts += [Seq(tuple(run))] if len(run) > 1 else run
     dfa = None
-    for part in parts:
-        if isinstance(part, Atom) and part.text.startswith(SUB_OPEN):
+    for part in _cut(node.items if isinstance(node, Seq) else (node,), _is_key):
+        if _is_key(part):
             d = key_dfa(placeholder_names(part.text))
         else:
             text = to_regex(part)
@@ -121,6 +111,23 @@ def _with_keys(regex: str) -> ByteDFA:
         if d is None or dfa is None:
             return _regex_dfa(expand_keys(regex))
     return dfa
+
+
+def _is_key(node: Node) -> bool:
+    return isinstance(node, Atom) and node.text.startswith(SUB_OPEN)
+
+
+def _cut(items: tuple, apart) -> list[Node]:
+    """A sequence's items: each one `apart` alone, the runs between them as one node each."""
+    parts, run = [], []
+    for item in items:
+        if apart(item):
+            parts += [Seq(tuple(run))] if len(run) > 1 else run
+            parts.append(item)
+            run = []
+        else:
+            run.append(item)
+    return parts + ([Seq(tuple(run))] if len(run) > 1 else run)
 
 
 def _composable(node: Node) -> bool:
@@ -148,17 +155,8 @@ def _compose(node: Node) -> ByteDFA | None:
     if _composable(node):
         item = _part(node.item)
         return None if item is None else repeat(item, node.lo, node.hi)
-    parts, run = [], []
-    for item in node.items:
-        if _long_repeat_on_spine(item):
-            parts += [Seq(tuple(run))] if len(run) > 1 else run
-            parts.append(item)
-            run = []
-        else:
-            run.append(item)
-    parts += [Seq(tuple(run))] if len(run) > 1 else run
     dfa = None
-    for part in parts:
+    for part in _cut(node.items, _long_repeat_on_spine):
         d = _part(part)
         if d is None:
             return None
