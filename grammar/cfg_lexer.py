@@ -34,7 +34,7 @@ from gdserve.grammar.regex import explain_index_error
 from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
 from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, SUB_OPEN, Alt, Atom, Node, Repeat,
                                        Seq, alternates_at_top, parse, to_regex)
-from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
+from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, byte_classes, indexed_pattern, start_state
 
 
 def terminal_dfa(t: Terminal) -> ByteDFA:
@@ -244,11 +244,8 @@ class Lexer:
     @cached_property
     def _joint(self) -> tuple[np.ndarray, np.ndarray]:
         """(int [K, C] each terminal's byte class per joint class, uint8 [256] joint class)."""
-        columns = np.ascontiguousarray(np.stack([d.classes for d in self.dfas]).T)  # [256, K]
-        ids: dict[bytes, int] = {}
-        classes = np.array([ids.setdefault(c.tobytes(), len(ids)) for c in columns], dtype=np.uint8)
-        first = np.unique(classes, return_index=True)[1]
-        return columns[first].T.astype(np.int64), classes
+        joint, classes = byte_classes(np.stack([d.classes for d in self.dfas]))  # bytes as columns
+        return joint.astype(np.int64), classes
 
     @cached_property
     def _byte_class(self) -> list[int]:

@@ -194,6 +194,7 @@ class _KeyTable:
 
     def __init__(self, names: tuple[str, ...], special: tuple[str, ...], rec: _Recognizer, left: ByteDFA):
         self.rec = rec
+        self.special = special  # tag t is special[t - 1]
         self.tag = {c: i + 1 for i, c in enumerate(special)}
         kids: list[dict[str, int]] = [{}]
         is_name = [False]
@@ -226,7 +227,7 @@ class _KeyTable:
         t = int(rec.done[r])
         if t >= 0:
             if kid_mask >> t & 1:
-                return self.node0 + next(k for c, k in self.kids[node].items() if self.tag.get(c) == t)
+                return self.node0 + self.kids[node][self.special[t - 1]]
             return self.left_start
         if not rec.live[r] & kid_mask:
             return self.rec0 + r

@@ -184,6 +184,7 @@ def _surrogate_pairs(lo: int, hi: int) -> list[str]:
 
 
 _MAX_ESCAPE_INTERVALS = 12
+_MAX_PAIR_INTERVALS = 4
 _U_NONSURROGATE = r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})"
 _U_PAIR = r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 _LITERAL_ALL = r"[^\x00-\x1f\x22\x5c]"
@@ -219,7 +220,7 @@ def encode_charset(s: Intervals, pairs: bool = True) -> str | None:
         hexes = [_hex4(a, b) for a, b in normalize(escaped)]
         alts.append("\\\\u" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
     astral = intersect(s, ((0x10000, MAX_CP),))
-    if pairs and astral and len(astral) <= 4:
+    if pairs and astral and len(astral) <= _MAX_PAIR_INTERVALS:
         for a, b in astral:
             alts.extend(_surrogate_pairs(a, b))
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
@@ -230,7 +231,7 @@ def encodes_each(s: Intervals) -> bool:
     encodings (it leaves out escapes of a set with many non-ASCII intervals)."""
     def count(part: Intervals) -> int:
         return sum(b - a + 1 for a, b in intersect(s, part))
-    return count(((0x80, 0xFFFF),)) <= _MAX_ESCAPE_INTERVALS and count(((0x10000, MAX_CP),)) <= 4
+    return count(((0x80, 0xFFFF),)) <= _MAX_ESCAPE_INTERVALS and count(((0x10000, MAX_CP),)) <= _MAX_PAIR_INTERVALS
 
 
 CHAR = encode_charset(ALL)
