@@ -39,8 +39,9 @@ class Grammar:
     report: dict | None = None      # json: the enforcement report (grammar/json_report.py)
     _masks: dict[int, StateMask] = field(default_factory=dict, init=False, repr=False,
                                          compare=False)
-    _steps: dict[tuple[int, int], int] = field(default_factory=dict, init=False, repr=False,
-                                               compare=False)
+    # (state, token) -> next state, keyed state * 2**32 + token: an int key, unlike a tuple, is no
+    # container the garbage collector tracks (tens of thousands per run set off full collections).
+    _steps: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _max_next: dict[int, int] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)  # per state: the farthest next state's distance
 
@@ -60,7 +61,7 @@ class Grammar:
 
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after a real token (not EOS) from `state`; None if not allowed."""
-        key = (state, token_id)
+        key = (state << 32) + token_id
         nxt = self._steps.get(key)
         if nxt is None:
             trie = self.index.trie
@@ -148,9 +149,11 @@ def write_row(bitmask: torch.Tensor, row: int, words: torch.Tensor, vocab_size: 
 
 
 def stack_rows(bitmask: torch.Tensor, rows: list[torch.Tensor], vocab_size: int) -> None:
-    """bitmask[i] = rows[i] for every row, in one copy (rows from Matcher.next_token_row)."""
+    """bitmask[i] = rows[i] for every row, in one copy (rows from Matcher.next_token_row; bitmask
+    on the CPU). numpy's, not torch.stack: torch splits a copy this size over its thread pool,
+    whose threads then spin on every core and slow the step's single-threaded host work."""
     _check_width(bitmask, rows[0], vocab_size)
-    torch.stack(rows, out=bitmask)
+    np.concatenate([row.numpy() for row in rows], out=bitmask.numpy().reshape(-1))
 
 
 def _check_width(bitmask: torch.Tensor, words: torch.Tensor, vocab_size: int) -> None:

@@ -1,10 +1,14 @@
-"""Token bitmasks for guided decoding: allocation and the apply (torch reference, the CPU path).
+"""Token bitmasks for guided decoding: allocation and the apply (Triton on CUDA, native C on the
+CPU, the torch reference elsewhere).
 
 Layout (xgrammar's and llguidance's): int32 [batch, ceil(V / 32)]; token i is bit i % 32 of word
 i // 32, little-endian within the word, so token 32k + 31 is the sign bit. A set bit allows it.
 """
+import ctypes
+
 import torch
 
+from gdserve.kernels import native
 from gdserve.kernels.triton import use_triton
 
 
@@ -44,6 +48,22 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor,
         bitmask = bitmask.to(logits.device, non_blocking=True).contiguous()
         indices = None if indices is None else indices.to(logits.device, non_blocking=True)
         return apply_token_bitmask_triton(logits, bitmask, indices)
+    kernel = native.kernel("apply_token_bitmask", logits)
+    if kernel is not None and logits.stride(1) == 1:
+        bitmask = bitmask.contiguous()
+        indices = None if indices is None else indices.to(torch.int64).contiguous()
+        long = ctypes.c_long
+        kernel(native.ptr(logits), long(logits.stride(0)), native.ptr(bitmask), long(bitmask.stride(0)),
+               None if indices is None else native.ptr(indices), long(num_rows), long(logits.shape[1]),
+               long(bitmask.shape[1]), torch.get_num_threads())
+        return
+    apply_token_bitmask_reference(logits, bitmask, indices)
+
+
+def apply_token_bitmask_reference(logits: torch.Tensor, bitmask: torch.Tensor,
+                                  indices: torch.Tensor | None = None) -> None:
+    """apply_token_bitmask in torch ops (the portable path)."""
+    num_rows = logits.shape[0] if indices is None else indices.shape[0]
     disallowed = ~unpack_bitmask(bitmask[:num_rows].to(logits.device), logits.shape[1])
     if indices is None:
         logits.masked_fill_(disallowed, float("-inf"))

@@ -13,7 +13,6 @@ from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
-from gdserve.utils import to_device
 
 
 class GuidedDecoder:
@@ -28,6 +27,7 @@ class GuidedDecoder:
         self._service: CompileService | None = None
         self._closed = False
         self._bitmask = allocate_token_bitmask(1, vocab_size)
+        self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
 
     @property
     def service(self) -> CompileService:
@@ -61,20 +61,30 @@ class GuidedDecoder:
                 rows.append(i)
         if not rows:
             return
-        bitmask = self._buffer(len(rows), logits.device)
-        stack_rows(bitmask, words, self.vocab_size)
-        indices = to_device(rows, torch.int64, logits.device)
-        apply_token_bitmask(logits, bitmask.to(logits.device, non_blocking=True), indices)
+        host, device = self._buffers(len(rows), logits.device)
+        stack_rows(host, words, self.vocab_size)
+        if device is not None:  # CUDA: into buffers that stay allocated, behind the step's work
+            device[0][:len(rows)].copy_(host, non_blocking=True)
+            device[1][:len(rows)].copy_(torch.as_tensor(rows), non_blocking=True)
+            apply_token_bitmask(logits, device[0][:len(rows)], device[1][:len(rows)])
+        else:
+            apply_token_bitmask(logits, host, torch.as_tensor(rows))
 
-    def _buffer(self, num_rows: int, device: torch.device) -> torch.Tensor:
-        """Host rows for the step's bitmask, pinned when the logits are on CUDA. The copy is async;
-        the next fill comes after the engine has waited for this step's sampled tokens."""
-        if self._bitmask.shape[0] < num_rows or (device.type == "cuda") != self._bitmask.is_pinned():
+    def _buffers(self, num_rows: int, device: torch.device) -> tuple[torch.Tensor, tuple | None]:
+        """The step's host rows (pinned on CUDA) and, on CUDA, the device's bitmask and row
+        indices. Allocated once and grown by doubling: an allocation per step would churn the
+        device allocator, whose cache misses wait for the GPU. The copies are async; the next fill
+        comes after the engine has waited for this step's sampled tokens."""
+        cuda = device.type == "cuda"
+        if self._bitmask.shape[0] < num_rows or cuda != self._bitmask.is_pinned():
             size = max(num_rows, 2 * self._bitmask.shape[0])
             self._bitmask = allocate_token_bitmask(size, self.vocab_size)
-            if device.type == "cuda":
+            self._device = None
+            if cuda:
                 self._bitmask = self._bitmask.pin_memory()
-        return self._bitmask[:num_rows]
+                self._device = (torch.empty_like(self._bitmask, device=device),
+                                torch.empty(size, dtype=torch.int64, device=device))
+        return self._bitmask[:num_rows], self._device
 
     def close(self) -> None:
         self._closed = True

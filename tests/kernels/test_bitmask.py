@@ -69,3 +69,19 @@ def test_logits_from_inference_mode():
     apply_token_bitmask(logits, torch.ones(1, 1, dtype=torch.int32), torch.tensor([1]))
     apply_token_bitmask(logits, torch.ones(2, 1, dtype=torch.int32))
     assert logits[:, 0].eq(0).all() and torch.isinf(logits[:, 1:]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_indices", [False, True])
+def test_native_and_torch_reference_agree(dtype, with_indices):
+    """The CPU's native kernel against the torch reference: full-width rows (all-ones words
+    skipped), a vocab past the mask, strided logits rows."""
+    from gdserve.kernels.bitmask import apply_token_bitmask_reference
+    logits = torch.randn(6, 1100, generator=torch.Generator().manual_seed(2)).to(dtype)[:, :1000]
+    bitmask = random_bitmask(4 if with_indices else 6, 30, seed=3)
+    bitmask[0, :10] = -1
+    indices = torch.tensor([5, 1, 0, 3]) if with_indices else None
+    expected = logits.clone()
+    apply_token_bitmask_reference(expected, bitmask, indices)
+    apply_token_bitmask(logits, bitmask, indices)
+    assert torch.equal(logits, expected) and torch.isinf(logits).any()

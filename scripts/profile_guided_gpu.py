@@ -1,0 +1,173 @@
+"""Device diagnostic: where the guided step's host time goes. Runs guided_workload(n=256) guided,
+then the same work unguided (each request's max_tokens = its guided length, as `gdserve bench
+throughput --workload guided`), stepping the engine by hand and timing the host's phases per run:
+scheduling, input preparation and launch, waiting for the device's sampled tokens, taking them in
+(matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector.
+Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N]   (GDSERVE_SHARED as for
+bench_gpu.py; writes profile_guided.json under $OUT. --tiny: a 64-wide model, for a dry run on
+the CPU. --threads: torch's intra-op threads.)"""
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import test_gpu  # noqa: E402
+
+
+class PhaseTimer:
+    """Wraps methods so that each call's host time adds to its phase; the engine's wait for the
+    device's sampled tokens is counted apart (and taken out of the phase that waits)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._depth_wait = 0.0
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            t, w = time.perf_counter(), self.seconds["wait"]
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[phase] += time.perf_counter() - t - (self.seconds["wait"] - w)
+        setattr(owner, name, timed)
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.seconds["gc"] += time.perf_counter() - self._gc_start
+
+
+ALLOCATOR_STATS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+
+
+def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, trace_steps: range = range(0)) -> dict:
+    """Step the requests to the end; torch.profiler over trace_steps (CPU side: which runtime
+    calls the host spends its time in)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for r, p in zip(requests, params):
+        engine.add_request(r["prompt_ids"], p)
+    timer.seconds.clear()
+    sync()
+    stats = torch.cuda.memory_stats() if torch.cuda.is_available() else {}
+    start, steps, lengths, prof = time.perf_counter(), 0, {}, None
+    while engine.has_unfinished_requests():
+        if steps == trace_steps.start and len(trace_steps):
+            prof = profile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
+        for out in engine.step():
+            if out.finished:
+                lengths[out.request_id] = len(out.outputs[0].token_ids)
+        steps += 1
+        if prof is not None and steps == trace_steps.stop:
+            prof.__exit__(None, None, None)
+    sync()
+    seconds = time.perf_counter() - start
+    tokens = sum(lengths.values())
+    phases = {k: round(v, 3) for k, v in sorted(timer.seconds.items())}
+    after = torch.cuda.memory_stats() if torch.cuda.is_available() else {}
+    result = {"seconds": round(seconds, 3), "output_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
+              "steps": steps, "host_s": phases, "lengths": [lengths[k] for k in sorted(lengths, key=int)],
+              "allocator": {k: after.get(k, 0) - stats.get(k, 0) for k in ALLOCATOR_STATS}}
+    if prof is not None:
+        result["trace"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14,
+                                                    max_name_column_width=50)
+    return result
+
+
+def main() -> None:
+    test_gpu.setup_imports()
+    import torch
+    from gdserve import LLM, SamplingParams
+    from gdserve.bench.workloads import load_workload_module
+    from gdserve.engine.sampler import HostSamplerOutput
+    from gdserve.sampling_params import GuidedDecodingParams
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--threads=")]
+    if threads:
+        torch.set_num_threads(threads[0])
+    num_layers = int(args[0]) if args else 32
+    tiny = "--tiny" in sys.argv
+    cuda = torch.cuda.is_available()
+    out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
+    out.mkdir(parents=True, exist_ok=True)
+    requests = load_workload_module().guided_workload(n=256, **({"prompt_len": (16, 64)} if tiny else {}))
+    with tempfile.TemporaryDirectory() as tmp:
+        test_gpu.save_model_dir(Path(tmp), num_layers)
+        if tiny:
+            config = json.loads((Path(tmp) / "config.json").read_text())
+            config.update(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16)
+            (Path(tmp) / "config.json").write_text(json.dumps(config))
+        llm = LLM(tmp, load_format="dummy", dtype="bfloat16" if cuda else "float32",
+                  **({} if cuda else {"kv_cache_memory": 2**30, "max_num_seqs": 256}))
+    engine = llm.engine
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    guided = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, output_kind="final_only",
+                             guided=GuidedDecodingParams(json=r["json_schema"])) for r in requests]
+    for p in guided:
+        engine.guided.submit(p.guided).result()
+    llm.generate([{"prompt_token_ids": requests[0]["prompt_ids"]}], guided[:1])
+    try:  # as the server, and `gdserve bench throughput`, once the engine has loaded
+        from gdserve.utils import settle_gc
+        settle_gc()
+    except ImportError:  # older code, for A/B runs
+        pass
+
+    timer = PhaseTimer()
+    wait = HostSamplerOutput.wait
+
+    def timed_wait(self):
+        t = time.perf_counter()
+        if self.ready is not None:
+            self.ready.synchronize()
+        timer.seconds["wait"] += time.perf_counter() - t
+        return wait(self)
+    HostSamplerOutput.wait = timed_wait
+    timer.wrap(engine.scheduler, "schedule", "schedule")
+    timer.wrap(engine.runner, "execute", "execute")
+    timer.wrap(engine, "_take_pending", "take_pending")
+    timer.wrap(engine.guided, "apply_bitmask", "guided_bitmask")
+    timer.wrap(engine, "_sample", "sample")
+    # Within those: execute's input preparation and logits; the bitmask's fill, stack and apply.
+    import gdserve.engine.guided as guided_module
+    timer.wrap(engine.runner, "_prepare", "execute.prepare")
+    timer.wrap(engine.model, "compute_logits", "execute.logits")
+    if engine.runner.cuda_graphs is not None:
+        timer.wrap(engine.runner.cuda_graphs, "run", "execute.graph_run")
+    timer.wrap(guided_module, "stack_rows", "guided_bitmask.stack")
+    timer.wrap(guided_module, "apply_token_bitmask", "guided_bitmask.apply")
+    timer.wrap(engine, "_check_finished", "take_pending.check_finished")
+    gc.callbacks.append(timer.on_gc)
+    result = {"model": f"Llama-3-8B shape, {num_layers} layers" + (", 64 wide" if tiny else ""),
+              "device": torch.cuda.get_device_name() if cuda else "cpu", "torch_threads": torch.get_num_threads(),
+              "cpu_count": os.cpu_count()}
+    result["guided"] = run(engine, requests, guided, timer, sync, range(100, 110))
+    grammars = {id(g): g for g in (engine.guided.submit(p.guided).result() for p in guided)}.values()
+    result["guided"]["states_built"] = sum(len(g._masks) for g in grammars)
+    unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind="final_only")
+                for n in result["guided"]["lengths"]]
+    engine.kv_cache.reset_prefix_cache()
+    result["unguided"] = run(engine, requests, unguided, timer, sync)
+    result["ratio"] = round(result["guided"]["tokens_per_s"] / result["unguided"]["tokens_per_s"], 3)
+    engine.close()
+    for key in ("guided", "unguided"):
+        del result[key]["lengths"]
+    trace = result["guided"].pop("trace", "")
+    print(json.dumps(result, indent=1), flush=True)
+    print(f"guided steps {100}-{109}, host side:\n{trace}", flush=True)
+    (out / "profile_guided.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
