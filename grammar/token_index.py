@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import NamedTuple
@@ -148,7 +149,7 @@ class TokenTrie:
     token_node: np.ndarray  # int32 [V]: where each token id ends; -1 for none (special, EOS)
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
-    _pure: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
+    _pure: dict[bytes, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
     _first_words: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
@@ -175,10 +176,10 @@ class TokenTrie:
             self._first_words[vocab_size] = out
         return out
 
-    def pure_below(self, loop: bytes) -> np.ndarray:
-        """uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (a byte
-        set, np.packbits of bool [256]). Cached per byte set (grammars share their strings' few
-        character sets)."""
+    def pure_below(self, loop: bytes) -> tuple[np.ndarray, int]:
+        """(uint8 [N]: 1 where every node below the node (strictly) reads a byte in `loop` (a byte
+        set, np.packbits of bool [256]), its address). Cached per byte set (grammars share their
+        strings' few character sets)."""
         pure = self._pure.get(loop)
         if pure is None:
             if len(self._pure) >= MAX_CACHED_LOOPS:
@@ -186,7 +187,8 @@ class TokenTrie:
             inside = np.unpackbits(np.frombuffer(loop, dtype=np.uint8)).astype(bool)
             outside = np.concatenate([[0], np.cumsum(~inside[self.byte], dtype=np.int32)])
             nodes = np.arange(len(self.byte))
-            pure = self._pure[loop] = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
+            array = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
+            pure = self._pure[loop] = (array, _ptr(array))
         return pure
 
     @cached_property
@@ -284,9 +286,11 @@ class Loops(NamedTuple):
     args: tuple[int, ...]         # the count and the three arrays' addresses
 
 
-def _as_loops(states: np.ndarray, pures: list[np.ndarray], limits: np.ndarray) -> Loops:
-    pointers = np.array([_ptr(p) for p in pures] or [0], dtype=np.uintp)
-    return Loops(states, pures, limits, pointers, (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)))
+def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: np.ndarray) -> Loops:
+    """pures: (array, address) pairs, as trie.pure_below gives them."""
+    pointers = np.array([address for _, address in pures] or [0], dtype=np.uintp)
+    return Loops(states, [array for array, _ in pures], limits, pointers,
+                 (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)))
 
 
 NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
@@ -301,7 +305,7 @@ class TokenIndex:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch")}
+                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_per_thread")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -321,13 +325,22 @@ class TokenIndex:
         return {}
 
     @cached_property
+    def _per_thread(self) -> threading.local:
+        """The C walks' scratch arrays, one set per thread: an index's walks may run on several
+        threads at once (the engine builds a step's new rows in a thread pool)."""
+        return threading.local()
+
+    @property
     def _scratch(self) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
-        """The C walks' stack and their crossings out (nodes, terminals, count), one set per index
-        (walks run one at a time), and the addresses."""
-        n = len(self.trie.byte)
-        arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
-                  np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
-        return arrays, tuple(map(_ptr, arrays))
+        """The C walks' stack and their crossings out (nodes, terminals, count), and the addresses."""
+        local = self._per_thread
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            n = len(self.trie.byte)
+            arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
+                      np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
+            scratch = local.scratch = (arrays, tuple(map(_ptr, arrays)))
+        return scratch
 
     def loops(self, state: int, accept: np.ndarray | None = None, split: bool = False) -> Loops:
         """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
@@ -349,15 +362,20 @@ class TokenIndex:
                 found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
         return out
 
-    @cached_property
+    @property
     def _loop_scratch(self) -> tuple[tuple[np.ndarray, ...], tuple]:
-        """find_loops' out arrays (states, limits, byte sets) and its arguments but accept, split
-        and state."""
-        arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
-                  np.empty((MAX_LOOPS, 32), dtype=np.uint8))
-        trans, classes, dead = self._static_args[:3]
-        return arrays, (trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
-                        MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays))
+        """find_loops' out arrays (states, limits, byte sets), per thread, and its arguments but
+        accept, split and state."""
+        local = self._per_thread
+        scratch = getattr(local, "loop_scratch", None)
+        if scratch is None:
+            arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
+                      np.empty((MAX_LOOPS, 32), dtype=np.uint8))
+            trans, classes, dead = self._static_args[:3]
+            scratch = local.loop_scratch = (arrays, (
+                trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
+                MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays)))
+        return scratch
 
     @cached_property
     def _static_args(self) -> tuple:

@@ -3,9 +3,10 @@ then the same work unguided (each request's max_tokens = its guided length, as `
 throughput --workload guided`), stepping the engine by hand and timing the host's phases per run:
 scheduling, input preparation and launch, waiting for the device's sampled tokens, taking them in
 (matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector.
-Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N]   (GDSERVE_SHARED as for
+Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N] [--build-threads=N]   (GDSERVE_SHARED as for
 bench_gpu.py; writes profile_guided.json under $OUT. --tiny: a 64-wide model, for a dry run on
-the CPU. --threads: torch's intra-op threads.)"""
+the CPU. --threads: torch's intra-op threads;
+--build-threads: the threads that build a step's new grammar rows, 1 for none.)"""
 import gc
 import json
 import os
@@ -96,6 +97,10 @@ def main() -> None:
     threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--threads=")]
     if threads:
         torch.set_num_threads(threads[0])
+    build_threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--build-threads=")]
+    if build_threads:
+        import gdserve.engine.guided
+        gdserve.engine.guided.MAX_BUILD_THREADS = build_threads[0]
     num_layers = int(args[0]) if args else 32
     tiny = "--tiny" in sys.argv
     cuda = torch.cuda.is_available()
