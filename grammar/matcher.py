@@ -16,6 +16,7 @@ from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
 from gdserve.kernels.bitmask import bitmask_width
 
 TERMINATED = -1  # the state after EOS
+MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is not computed (~50 ms)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Grammar:
         """Whether next_token_row's row for (state, budget) is built (a fill then copies it)."""
         if state not in self._masks:
             return False
-        return budget is None or budget >= self.max_distance or state in self._max_next
+        return budget is None or state in self._max_next or self._fits(state, budget)
 
     def build(self, state: int, budget: int | None) -> None:
         """Build what next_token_row reads for (state, budget). Thread-safe: walks of one index
@@ -112,7 +113,7 @@ class Grammar:
         EOS where complete. Following only these, a sequence completes in time whenever its
         start could; where no token fits, only those that bring completion closest."""
         full = self.state_mask(state).row
-        if budget >= self.max_distance or self._max_next.get(state, UNREACHABLE) <= budget:
+        if self._fits(state, budget):
             return full
         dfa = self.index.dfa
         nxt = self.index.next_states(state)[:self.vocab_size]
@@ -129,6 +130,33 @@ class Grammar:
         words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
         np.bitwise_or.at(words, keep >> 5, np.uint32(1) << (keep & 31).astype(np.uint32))
         return self._with_eos(words, accepting)
+
+    def _fits(self, state: int, budget: int) -> bool:
+        """Whether every token allowed in `state` keeps completion within `budget`, known
+        without walking the state's next states."""
+        if budget >= self.max_distance or self._max_next.get(state, UNREACHABLE) <= budget:
+            return True
+        reach = self._reach
+        return reach is not None and reach[state] <= budget
+
+    @cached_property
+    def _reach(self) -> np.ndarray | None:
+        """int64 [S]: per state, the largest distance of any state within trie.max_depth bytes of
+        it (through live states), so no token leads to a state farther from completion: where
+        that fits the budget, so does every token. None for a DFA too big to sweep cheaply
+        (budget_row then walks each state's next states)."""
+        dfa, depth = self.index.dfa, self.index.trie.max_depth
+        if dfa.trans.size * depth > MAX_REACH_SWEEP:
+            return None
+        reach = dfa.distance.copy()
+        reach[dfa.dead] = 0  # a dead byte leads nowhere: it must not raise the maximum
+        for _ in range(depth):
+            wider = np.maximum(reach, reach[dfa.trans].max(axis=1))
+            wider[dfa.dead] = 0
+            if np.array_equal(wider, reach):
+                break
+            reach = wider
+        return reach
 
     @cached_property
     def eos_row(self) -> torch.Tensor:

@@ -160,3 +160,27 @@ def test_budgeted_masks_complete_within_max_tokens(pattern, smollm2_tokenizer):
                 break
         else:
             pytest.fail(f"{pattern}: no EOS within max_tokens={max_tokens}")
+
+
+@pytest.mark.parametrize("pattern", [JSONISH, r'\{"s": "[a-z ]{0,40}", "t": "[^"]{2,9}"\}', r"(ab|c)+d?"])
+def test_budget_rows_skip_the_walk_only_where_it_would_give_the_full_row(pattern, smollm2_tokenizer,
+                                                                          monkeypatch):
+    """The reach bound (no token leads farther from completion than a state within the
+    longest token's bytes) answers budget_row without walking next states; every row equals
+    the one the walk gives."""
+    import pickle
+    from gdserve.grammar import matcher as matcher_module
+    grammar = compile_grammar("regex", pattern, smollm2_tokenizer)
+    bounded = pickle.loads(pickle.dumps(grammar))
+    assert bounded._reach is not None
+    monkeypatch.setattr(matcher_module, "MAX_REACH_SWEEP", 0)
+    walked = pickle.loads(pickle.dumps(grammar))
+    assert walked._reach is None
+    states = np.flatnonzero(grammar.index.dfa.distance < matcher_module.UNREACHABLE)
+    skipped = 0
+    for state in states.tolist():
+        for budget in range(grammar.max_distance + 1, -1, -3):  # the bound is tried before any walk
+            before = len(bounded._max_next)
+            assert torch.equal(bounded.budget_row(state, budget), walked.budget_row(state, budget))
+            skipped += len(bounded._max_next) == before and budget < grammar.max_distance
+    assert skipped  # the bound answered some of them
