@@ -83,19 +83,6 @@ class Grammar:
             mask = self._masks[state] = self._build_mask(state)
         return mask
 
-    def is_built(self, state: int, budget: int | None) -> bool:
-        """Whether next_token_row's row for (state, budget) is built (a fill then copies it)."""
-        if state not in self._masks:
-            return False
-        return budget is None or state in self._max_next or self._fits(state, budget)
-
-    def build(self, state: int, budget: int | None) -> None:
-        """Build what next_token_row reads for (state, budget). Thread-safe: walks of one index
-        run on per-thread scratch, and a row built twice is the same row."""
-        self.state_mask(state)
-        if budget is not None:
-            self.budget_row(state, budget)
-
     def distance(self, state: int) -> int:
         """Bytes on the shortest way from `state` to a complete constraint (0: complete)."""
         return int(self.index.dfa.distance[state])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import NamedTuple
@@ -305,7 +304,7 @@ class TokenIndex:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_per_thread")}
+                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -325,22 +324,13 @@ class TokenIndex:
         return {}
 
     @cached_property
-    def _per_thread(self) -> threading.local:
-        """The C walks' scratch arrays, one set per thread: an index's walks may run on several
-        threads at once (the engine builds a step's new rows in a thread pool)."""
-        return threading.local()
-
-    @property
     def _scratch(self) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
-        """The C walks' stack and their crossings out (nodes, terminals, count), and the addresses."""
-        local = self._per_thread
-        scratch = getattr(local, "scratch", None)
-        if scratch is None:
-            n = len(self.trie.byte)
-            arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
-                      np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
-            scratch = local.scratch = (arrays, tuple(map(_ptr, arrays)))
-        return scratch
+        """The C walks' stack and their crossings out (nodes, terminals, count), one set per index
+        (walks run one at a time), and the addresses."""
+        n = len(self.trie.byte)
+        arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
+                  np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
+        return arrays, tuple(map(_ptr, arrays))
 
     def loops(self, state: int, accept: np.ndarray | None = None, split: bool = False) -> Loops:
         """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
@@ -362,20 +352,15 @@ class TokenIndex:
                 found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
         return out
 
-    @property
+    @cached_property
     def _loop_scratch(self) -> tuple[tuple[np.ndarray, ...], tuple]:
-        """find_loops' out arrays (states, limits, byte sets), per thread, and its arguments but
-        accept, split and state."""
-        local = self._per_thread
-        scratch = getattr(local, "loop_scratch", None)
-        if scratch is None:
-            arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
-                      np.empty((MAX_LOOPS, 32), dtype=np.uint8))
-            trans, classes, dead = self._static_args[:3]
-            scratch = local.loop_scratch = (arrays, (
-                trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
-                MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays)))
-        return scratch
+        """find_loops' out arrays (states, limits, byte sets) and its arguments but accept, split
+        and state."""
+        arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
+                  np.empty((MAX_LOOPS, 32), dtype=np.uint8))
+        trans, classes, dead = self._static_args[:3]
+        return arrays, (trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
+                        MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays))
 
     @cached_property
     def _static_args(self) -> tuple:

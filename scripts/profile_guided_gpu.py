@@ -3,10 +3,9 @@ then the same work unguided (each request's max_tokens = its guided length, as `
 throughput --workload guided`), stepping the engine by hand and timing the host's phases per run:
 scheduling, input preparation and launch, waiting for the device's sampled tokens, taking them in
 (matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector.
-Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N] [--build-threads=N]   (GDSERVE_SHARED as for
+Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N]   (GDSERVE_SHARED as for
 bench_gpu.py; writes profile_guided.json under $OUT. --tiny: a 64-wide model, for a dry run on
-the CPU. --threads: torch's intra-op threads;
---build-threads: the threads that build a step's new grammar rows, 1 for none.)"""
+the CPU. --threads: torch's intra-op threads.)"""
 import gc
 import json
 import os
@@ -28,6 +27,8 @@ class PhaseTimer:
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
+        self.per_step: list[tuple[int, float]] = []  # (step, seconds) of the phase `traced`
+        self.traced, self.step = "execute.logits", 0
         self._depth_wait = 0.0
 
     def wrap(self, owner, name: str, phase: str) -> None:
@@ -38,7 +39,10 @@ class PhaseTimer:
             try:
                 return inner(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - t - (self.seconds["wait"] - w)
+                spent = time.perf_counter() - t - (self.seconds["wait"] - w)
+                self.seconds[phase] += spent
+                if phase == self.traced:
+                    self.per_step.append((self.step, spent))
         setattr(owner, name, timed)
 
     def on_gc(self, phase: str, info: dict) -> None:
@@ -64,8 +68,9 @@ def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, tra
     start, steps, lengths, prof = time.perf_counter(), 0, {}, None
     while engine.has_unfinished_requests():
         if steps == trace_steps.start and len(trace_steps):
-            prof = profile(activities=[ProfilerActivity.CPU])
+            prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []))
             prof.__enter__()
+        timer.step = steps
         for out in engine.step():
             if out.finished:
                 lengths[out.request_id] = len(out.outputs[0].token_ids)
@@ -81,8 +86,12 @@ def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, tra
               "steps": steps, "host_s": phases, "lengths": [lengths[k] for k in sorted(lengths, key=int)],
               "allocator": {k: after.get(k, 0) - stats.get(k, 0) for k in ALLOCATOR_STATS}}
     if prof is not None:
-        result["trace"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14,
-                                                    max_name_column_width=50)
+        averages = prof.key_averages()
+        result["trace"] = averages.table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50)
+        if torch.cuda.is_available():
+            result["trace"] += averages.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=50)
+    result["slowest_logits_ms"] = sorted((round(1e3 * t, 1), step) for step, t in timer.per_step)[-12:]
+    timer.per_step.clear()
     return result
 
 
@@ -97,10 +106,6 @@ def main() -> None:
     threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--threads=")]
     if threads:
         torch.set_num_threads(threads[0])
-    build_threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--build-threads=")]
-    if build_threads:
-        import gdserve.engine.guided
-        gdserve.engine.guided.MAX_BUILD_THREADS = build_threads[0]
     num_layers = int(args[0]) if args else 32
     tiny = "--tiny" in sys.argv
     cuda = torch.cuda.is_available()
@@ -163,14 +168,15 @@ def main() -> None:
     unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind="final_only")
                 for n in result["guided"]["lengths"]]
     engine.kv_cache.reset_prefix_cache()
-    result["unguided"] = run(engine, requests, unguided, timer, sync)
+    result["unguided"] = run(engine, requests, unguided, timer, sync, range(100, 110))
     result["ratio"] = round(result["guided"]["tokens_per_s"] / result["unguided"]["tokens_per_s"], 3)
     engine.close()
     for key in ("guided", "unguided"):
         del result[key]["lengths"]
-    trace = result["guided"].pop("trace", "")
+    traces = {key: result[key].pop("trace", "") for key in ("guided", "unguided")}
     print(json.dumps(result, indent=1), flush=True)
-    print(f"guided steps {100}-{109}, host side:\n{trace}", flush=True)
+    for key, trace in traces.items():
+        print(f"{key} steps 100-109:\n{trace}", flush=True)
     (out / "profile_guided.json").write_text(json.dumps(result, indent=1))
 
 

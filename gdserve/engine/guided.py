@@ -1,8 +1,7 @@
 """Guided decoding in the decode loop: compile constraints off the loop, mask the guided rows'
 logits with one bitmask per step, advance each sequence's matcher with its sampled token."""
-import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -15,21 +14,11 @@ from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
 
-MAX_BUILD_THREADS = 8
-
 
 def _budget(seq: Sequence) -> int:
     """After the next token, max_tokens leaves this many for the rest and EOS: the matcher keeps
     the constraint completable within them (unbounded strings close in time)."""
     return seq.max_tokens - seq.num_output_tokens - 2
-
-
-def _build(builds: list[tuple[Grammar, int, int]]) -> None:
-    for grammar, state, budget in builds:
-        try:
-            grammar.build(state, budget)
-        except Exception:  # noqa: BLE001 (the fill raises it again, in its sequence's guard)
-            pass
 
 
 class GuidedDecoder:
@@ -45,7 +34,6 @@ class GuidedDecoder:
         self._closed = False
         self._bitmask = allocate_token_bitmask(1, vocab_size)
         self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
-        self._pool: ThreadPoolExecutor | None = None  # see build_rows
 
     @property
     def service(self) -> CompileService:
@@ -61,30 +49,6 @@ class GuidedDecoder:
 
     def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
-
-    def build_rows(self, seqs: list[Sequence]) -> None:
-        """Build the rows that these sequences' next fills read and no fill has built yet (a
-        state's first visit: a walk of the token trie), in a thread pool: the walks run in C with
-        the GIL released, beside each other. Regex grammars only (a context-free grammar's lexer
-        grows as it goes: its rows build on the engine's thread). A build that raises is left to
-        the fill, which raises again inside its sequence's guard."""
-        todo: dict[tuple[int, int], tuple[Grammar, int, int]] = {}
-        for seq in seqs:
-            matcher = seq.matcher
-            grammar, state, budget = matcher.grammar, matcher.state, _budget(seq)
-            if not isinstance(grammar, Grammar) or state == matcher.terminated or grammar.is_built(state, budget):
-                continue
-            key = (id(grammar), state)
-            if key not in todo or budget < todo[key][2]:
-                todo[key] = (grammar, state, budget)
-        threads = min(MAX_BUILD_THREADS, (os.cpu_count() or 1) // 2, len(todo))
-        if threads < 2:  # no room for walks side by side: the fills build their rows
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(MAX_BUILD_THREADS, thread_name_prefix="grammar-rows")
-        builds = list(todo.values())
-        for future in [self._pool.submit(_build, builds[i::threads]) for i in range(threads)]:
-            future.result()
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
                       guard: Callable[[Sequence], AbstractContextManager]) -> None:
@@ -128,8 +92,6 @@ class GuidedDecoder:
 
     def close(self) -> None:
         self._closed = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
         if self._service is not None:
             self._service.close()
             self._service = None

@@ -279,25 +279,12 @@ class LLMEngine:
                     seq.token_ids.pop()
                 continue
             seq.token_ids[-1] = token_id
-            taken.append((row, seq, token_id))
-        self._advance_matchers([(seq, token_id) for _, seq, token_id in taken if seq.matcher is not None])
-        for row, seq, token_id in taken:
-            if seq.is_finished:  # its matcher refused the token or raised
-                continue
             with self._guard(seq.request_id, "processing its sampled token"):
                 if logprobs is not None:
                     self._record_logprobs(seq, token_id, logprobs[row], top, row)
                 self._check_finished(seq, token_id)
-        return self._collect_outputs([seq for _, seq, _ in taken])
-
-    def _advance_matchers(self, taken: list[tuple[Sequence, int]]) -> None:
-        """Advance each guided sequence's matcher by its token (one refused fails its request),
-        then build the rows their next fills need, all at once."""
-        for seq, token_id in taken:
-            with self._guard(seq.request_id, "processing its sampled token"):
-                if not seq.matcher.accept_token(token_id):
-                    self._fail(seq.request_id, f"token {token_id} was sampled outside the grammar's mask")
-        self.guided.build_rows([seq for seq, _ in taken if not seq.is_finished])
+            taken.append(seq)
+        return self._collect_outputs(taken)
 
     def _min_tokens_stop_ids(self, seq: Sequence) -> set[int]:
         # A guided sequence ends when its grammar says so: blocking EOS could leave no token.
@@ -316,9 +303,11 @@ class LLMEngine:
         seq.logprobs.append(entry)
 
     def _check_finished(self, seq: Sequence, token_id: int) -> None:
-        """seq has just gained token_id (its matcher has taken it): advance its detokenizer,
-        finish it if due."""
+        """seq has just gained token_id: advance its matcher and detokenizer, finish it if due."""
         params = seq.params
+        if seq.matcher is not None and not seq.matcher.accept_token(token_id):
+            self._fail(seq.request_id, f"token {token_id} was sampled outside the grammar's mask")
+            return
         if token_id in self.eos_token_ids and (not params.ignore_eos or seq.matcher is not None):
             self._finish(seq, "stop")
             return

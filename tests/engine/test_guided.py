@@ -6,7 +6,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import torch
 
 from gdserve import LLM, SamplingParams
 from gdserve.grammar import GrammarError
@@ -105,33 +104,6 @@ def test_mixed_batch_gives_each_request_its_solo_output(llm):
     for (prompt, params), out in zip(requests, together):
         alone = llm.generate(prompt, params)[0]
         assert alone.outputs[0].token_ids == out.outputs[0].token_ids
-    assert_no_leaks(llm)
-
-
-def test_rows_built_in_the_thread_pool_equal_rows_built_alone(llm, monkeypatch):
-    """On a host with cores to spare the engine builds a step's new rows in threads: the rows
-    match those a fresh copy of the grammar builds one by one, and the outputs validate."""
-    import pickle
-    import gdserve.engine.guided as guided
-    monkeypatch.setattr(guided.os, "cpu_count", lambda: 16)
-    batches = []
-    build = guided._build
-    monkeypatch.setattr(guided, "_build", lambda builds: (batches.append(len(builds)), build(builds)))
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-                                               "rank": {"type": "integer", "minimum": 1, "maximum": 500},
-                                               "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
-                                                        "maxItems": 4}},
-              "required": ["city", "rank", "tags"], "additionalProperties": False}
-    params = [SamplingParams(max_tokens=80, temperature=1.0, seed=i, guided=GuidedDecodingParams(json=schema))
-              for i in range(8)]
-    outs = llm.generate([chat_ids(llm, f"A city, as JSON ({i}).") for i in range(8)], params)
-    for out in outs:
-        jsonschema.Draft202012Validator(schema).validate(json.loads(out.outputs[0].text))
-    assert sum(batches) >= 16, batches  # rows built in the pool
-    grammar = llm.engine.guided.submit(params[0].guided).result()
-    alone = pickle.loads(pickle.dumps(grammar))  # no rows built
-    for state, mask in list(grammar._masks.items()):
-        assert torch.equal(alone.state_mask(state).row, mask.row)
     assert_no_leaks(llm)
 
 
