@@ -52,6 +52,8 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor,
     if kernel is not None and logits.stride(1) == 1:
         bitmask = bitmask.contiguous()
         indices = None if indices is None else indices.to(torch.int64).contiguous()
+        if indices is not None and num_rows and not 0 <= int(indices.min()) <= int(indices.max()) < logits.shape[0]:
+            raise IndexError(f"indices must lie in [0, {logits.shape[0]}): the logits' rows")
         long = ctypes.c_long
         kernel(native.ptr(logits), long(logits.stride(0)), native.ptr(bitmask), long(bitmask.stride(0)),
                None if indices is None else native.ptr(indices), long(num_rows), long(logits.shape[1]),

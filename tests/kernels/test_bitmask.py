@@ -85,3 +85,8 @@ def test_native_and_torch_reference_agree(dtype, with_indices):
     apply_token_bitmask_reference(expected, bitmask, indices)
     apply_token_bitmask(logits, bitmask, indices)
     assert torch.equal(logits, expected) and torch.isinf(logits).any()
+
+
+def test_indices_outside_the_logits_rows_raise():
+    with pytest.raises(IndexError):
+        apply_token_bitmask(torch.zeros(2, 32), torch.zeros(1, 1, dtype=torch.int32), torch.tensor([2]))
