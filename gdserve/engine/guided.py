@@ -21,6 +21,28 @@ def _budget(seq: Sequence) -> int:
     return seq.max_tokens - seq.num_output_tokens - 2
 
 
+def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContextManager]
+               ) -> tuple[list[int], list[torch.Tensor]]:
+    """(index in seqs, packed row) of each guided sequence still running. Unguarded until a
+    matcher raises (a guard per row costs as much as the row): that sequence's exception then
+    goes through guard(seq), which contains it, and the rest run inside their guards."""
+    live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
+    words = []
+    try:
+        for _, seq in live:
+            words.append(seq.matcher.next_token_row(_budget(seq)))
+        return [i for i, _ in live], words
+    except Exception as error:  # noqa: BLE001 (contained by the failed sequence's guard)
+        with guard(live[len(words)][1]):
+            raise error
+    rows = [i for i, _ in live[:len(words)]]
+    for i, seq in live[len(words) + 1:]:
+        with guard(seq):
+            words.append(seq.matcher.next_token_row(_budget(seq)))
+            rows.append(i)
+    return rows, words
+
+
 class GuidedDecoder:
     def __init__(self, tokenizer, eos_token_ids: set[int], vocab_size: int, compile_timeout_s: float,
                  compile_workers: int, cache_dir: Path | None = None):
@@ -56,13 +78,7 @@ class GuidedDecoder:
         one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy.
         Each matcher runs inside guard(seq), which contains its exceptions: a row whose matcher
         raised is left unmasked (its sequence has been finished, so its token is dropped)."""
-        rows, words = [], []
-        for i, seq in enumerate(seqs):
-            if seq.matcher is None or seq.is_finished:
-                continue
-            with guard(seq):
-                words.append(seq.matcher.next_token_row(_budget(seq)))
-                rows.append(i)
+        rows, words = _next_rows(seqs, guard)
         if not rows:
             return
         host, device = self._buffers(len(rows), logits.device)
