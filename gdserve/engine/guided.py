@@ -76,7 +76,7 @@ class GuidedDecoder:
                       guard: Callable[[Sequence], AbstractContextManager]) -> None:
         """Mask row i of logits by seqs[i]'s matcher, for every guided sequence still running, in
         one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy.
-        Each matcher runs inside guard(seq), which contains its exceptions: a row whose matcher
+        A matcher's exception goes through guard(seq), which contains it: a row whose matcher
         raised is left unmasked (its sequence has been finished, so its token is dropped)."""
         rows, words = _next_rows(seqs, guard)
         if not rows:
@@ -92,9 +92,8 @@ class GuidedDecoder:
 
     def _buffers(self, num_rows: int, device: torch.device) -> tuple[torch.Tensor, tuple | None]:
         """The step's host rows (pinned on CUDA) and, on CUDA, the device's bitmask and row
-        indices. Allocated once and grown by doubling: an allocation per step would churn the
-        device allocator, whose cache misses wait for the GPU. The copies are async; the next fill
-        comes after the engine has waited for this step's sampled tokens."""
+        indices, allocated once and grown by doubling (no allocation per step). The copies are
+        async; the next fill comes after the engine has waited for this step's sampled tokens."""
         cuda = device.type == "cuda"
         if self._bitmask.shape[0] < num_rows or cuda != self._bitmask.is_pinned():
             size = max(num_rows, 2 * self._bitmask.shape[0])
