@@ -29,7 +29,6 @@ class PhaseTimer:
         self.seconds: dict[str, float] = defaultdict(float)
         self.per_step: list[tuple[int, float]] = []  # (step, seconds) of the phase `traced`
         self.traced, self.step = "execute.logits", 0
-        self._depth_wait = 0.0
 
     def wrap(self, owner, name: str, phase: str) -> None:
         inner = getattr(owner, name)
@@ -102,6 +101,7 @@ def main() -> None:
     from gdserve.bench.workloads import load_workload_module
     from gdserve.engine.sampler import HostSamplerOutput
     from gdserve.sampling_params import GuidedDecodingParams
+    from gdserve.utils import settle_gc
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     threads = [int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--threads=")]
     if threads:
@@ -128,11 +128,7 @@ def main() -> None:
     for p in guided:
         engine.guided.submit(p.guided).result()
     llm.generate([{"prompt_token_ids": requests[0]["prompt_ids"]}], guided[:1])
-    try:  # as the server, and `gdserve bench throughput`, once the engine has loaded
-        from gdserve.utils import settle_gc
-        settle_gc()
-    except ImportError:  # older code, for A/B runs
-        pass
+    settle_gc()  # as the server, and `gdserve bench throughput`, once the engine has loaded
 
     timer = PhaseTimer()
     wait = HostSamplerOutput.wait
