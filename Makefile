@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The converted default model (GGUF -> safetensors) is cached here across runs.
 export GDSERVE_CACHE ?= $(HOME)/.cache/gdserve
 
-.PHONY: setup serve test test-gpu bench clean
+.PHONY: setup serve test test-gpu gpu-carry bench clean
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,19 @@ test: setup
 GPU_PYTHON ?= python3
 test-gpu:
 	PYTHONUNBUFFERED=1 $(GPU_PYTHON) scripts/test_gpu.py
+
+# What the GPU machine's runs need carried (nothing downloads there): the wheels its image lacks,
+# the shared workloads (GDSERVE_SHARED=$$PWD/build/shared there) and the default model's tokenizer
+# (build/tokenizer, the benches' default). Carry ["build/gpu-wheels", "build/shared", "build/tokenizer"].
+SHARED ?= $(or $(GDSERVE_SHARED),../shared)
+gpu-carry: setup
+	mkdir -p build/gpu-wheels build/shared
+	$(PY) -m pip download -q outlines-core==0.2.14 lark --no-deps --only-binary=:all: --python-version 3.12 \
+		--platform manylinux2014_x86_64 -d build/gpu-wheels
+	cp -r $(SHARED)/bench build/shared/
+	$(PY) -c "from gdserve.models.loader import load_tokenizer, resolve_model; \
+		from gdserve.models.registry import DEFAULT_MODEL; \
+		load_tokenizer(resolve_model(DEFAULT_MODEL)).save_pretrained('build/tokenizer')"
 
 bench: setup
 	$(VENV)/bin/gdserve bench throughput --output bench-results/throughput.json

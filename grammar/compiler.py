@@ -84,7 +84,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if not can_reach_final(index, initial_state):
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
-    return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report)
+    return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report).prepare_budgets()
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,

@@ -17,6 +17,7 @@ from gdserve.kernels.bitmask import bitmask_width
 
 TERMINATED = -1  # the state after EOS
 MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is not computed (~50 ms)
+MAX_CACHED_NEXT_DISTANCES = 64  # states whose tokens' distances a grammar keeps (4 bytes a token)
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,23 @@ class Grammar:
     _steps: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _max_next: dict[int, int] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)  # per state: the farthest next state's distance
+    _next_distances: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False,
+                                                   compare=False)  # see next_distances
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
-                  "relaxed", "report")
-        return {name: self.__dict__[name] for name in fields}
+                  "relaxed", "report", "max_distance", "_reach")
+        return {name: self.__dict__[name] for name in fields if name in self.__dict__}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _masks={}, _steps={}, _max_next={})
+        self.__dict__.update(state, _masks={}, _steps={}, _max_next={}, _next_distances={})
+
+    def prepare_budgets(self) -> "Grammar":
+        """Compute what budget rows read (the DFA's distances, max_distance, the reach bound) now,
+        where the grammar compiles: they travel with it when pickled, instead of stalling the
+        engine's first step that needs them (tens of ms for a big schema)."""
+        self.max_distance, self._reach  # noqa: B018 (cached properties)
+        return self
 
     def matcher(self) -> "Matcher":
         return Matcher(self)
@@ -102,10 +112,8 @@ class Grammar:
         full = self.state_mask(state).row
         if self._fits(state, budget):
             return full
-        dfa = self.index.dfa
-        nxt = self.index.next_states(state)[:self.vocab_size]
-        allowed = nxt != dfa.dead
-        dist = dfa.distance[nxt]
+        dist = self.next_distances(state)
+        allowed = dist >= 0
         self._max_next[state] = int(dist[allowed].max()) if allowed.any() else 0
         accepting = self.is_final(state)
         if self._max_next[state] <= budget or not allowed.any():
@@ -113,10 +121,24 @@ class Grammar:
         # Where no token fits the budget in bytes (multi-byte tokens may still make it in
         # tokens), head for completion as fast as the bytes allow.
         limit = budget if accepting else max(budget, int(dist[allowed].min()))
-        keep = np.flatnonzero(allowed & (dist <= limit))
-        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
-        np.bitwise_or.at(words, keep >> 5, np.uint32(1) << (keep & 31).astype(np.uint32))
-        return self._with_eos(words, accepting)
+        keep = np.zeros(32 * bitmask_width(self.vocab_size), dtype=bool)
+        keep[:len(dist)] = allowed & (dist <= limit)
+        return self._with_eos(np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32), accepting)
+
+    def next_distances(self, state: int) -> np.ndarray:
+        """int32 [vocab_size]: each real token's distance to completion after it from `state`
+        (-1: not allowed; INT32_MAX: allowed, but completion is out of reach). Cached for the
+        states most recently near their budget: the sequences of one schema meet the same few
+        (an unbounded string's) step after step."""
+        dist = self._next_distances.get(state)
+        if dist is None:
+            if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
+                self._next_distances.clear()
+            found = self.index.next_distances(state)[:self.vocab_size]
+            dist = np.full(self.vocab_size, -1, dtype=np.int32)
+            dist[:len(found)] = np.minimum(found, np.iinfo(np.int32).max)
+            self._next_distances[state] = dist
+        return dist
 
     def _fits(self, state: int, budget: int) -> bool:
         """Whether every token allowed in `state` keeps completion within `budget`, known

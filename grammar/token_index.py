@@ -33,6 +33,7 @@ COUNT_DEPTH = 16      # or this many along a count down (a bounded string)
 MIN_RUN = 2           # a count down shorter than this many bytes is walked node by node
 MAX_LOOPS = 32        # loop states find_loops lists at most (token_trie.c's MAX_LOOPS)
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
+MAX_CACHED_PURE_ROWS = 1024    # (byte set, length, width) rows a trie keeps (6 KB each at 49k tokens)
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
@@ -44,12 +45,12 @@ def mask_library() -> ctypes.CDLL | None:
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
         lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p,
-                                        p, p]
+                                        p, p, p, i32, p, p]
         lib.walk_token_trie.restype = ctypes.c_int64
         lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, i32, p, p, p, i32, p,
                                             p, p, p, p]
         lib.walk_token_subtrees.restype = ctypes.c_int64
-        lib.find_loops.argtypes = [p, i32, i32, p, p, p, i32, i32, i32, i32, i32, i32, i32, p, p, p]
+        lib.find_loops.argtypes = [p, i32, i32, p, p, p, i32, i32, i32, i32, i32, i32, i32, p, p, p, p]
         lib.find_loops.restype = i32
     return lib
 
@@ -149,6 +150,8 @@ class TokenTrie:
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
     _pure: dict[bytes, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
+    _pure_tokens: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
+    _pure_rows: dict[tuple[bytes, int, int], tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
     _first_words: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
@@ -183,12 +186,44 @@ class TokenTrie:
         if pure is None:
             if len(self._pure) >= MAX_CACHED_LOOPS:
                 self._pure.clear()
-            inside = np.unpackbits(np.frombuffer(loop, dtype=np.uint8)).astype(bool)
+            inside = _unpack_set(loop)
             outside = np.concatenate([[0], np.cumsum(~inside[self.byte], dtype=np.int32)])
             nodes = np.arange(len(self.byte))
             array = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
             pure = self._pure[loop] = (array, _ptr(array))
         return pure
+
+    def pure_row(self, loop: bytes, max_len: int, vocab_size: int) -> tuple[np.ndarray, int]:
+        """(uint32 [ceil(vocab_size / 32)] packed tokens below vocab_size whose bytes all lie in
+        `loop` (a byte set as in pure_below) and number at most max_len, their count): a string
+        state's tokens but the few that leave the string, shared by every state and grammar
+        that reads the set (cached; read, never modify)."""
+        key = (loop, max_len, vocab_size)
+        row = self._pure_rows.get(key)
+        if row is None:
+            if len(self._pure_rows) >= MAX_CACHED_PURE_ROWS:
+                self._pure_rows.clear()
+            lengths = self._pure_lengths(loop)[:vocab_size]
+            keep = np.zeros(32 * ((vocab_size + 31) // 32), dtype=bool)
+            keep[:len(lengths)] = lengths <= max_len
+            words = np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32)
+            row = self._pure_rows[key] = (words, int(keep.sum()))
+        return row
+
+    def _pure_lengths(self, loop: bytes) -> np.ndarray:
+        """int64 [V]: each token's length where its bytes all lie in `loop`, else a length no
+        max_len reaches (tokens without bytes included)."""
+        lengths = self._pure_tokens.get(loop)
+        if lengths is None:
+            if len(self._pure_tokens) >= MAX_CACHED_LOOPS:
+                self._pure_tokens.clear()
+            inside = _unpack_set(loop)
+            data = np.frombuffer(self.token_data, dtype=np.uint8)
+            outside = np.concatenate([[0], np.cumsum(~inside[data], dtype=np.int64)])
+            lengths = np.diff(self.offsets)
+            pure = (outside[self.offsets[1:]] == outside[self.offsets[:-1]]) & (lengths > 0) & (self.token_node >= 0)
+            lengths = self._pure_tokens[loop] = np.where(pure, lengths, np.iinfo(np.int64).max)
+        return lengths
 
     @cached_property
     def max_depth(self) -> int:
@@ -276,6 +311,11 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _unpack_set(byte_set: bytes) -> np.ndarray:
+    """bool [256] of a byte set packed as np.packbits packs it."""
+    return np.unpackbits(np.frombuffer(byte_set, dtype=np.uint8)).astype(bool)
+
+
 class Loops(NamedTuple):
     """A walk's loop states (TokenIndex.loops) as the C walks take them."""
     states: np.ndarray            # int32
@@ -283,13 +323,23 @@ class Loops(NamedTuple):
     limits: np.ndarray            # int32: bytes of the set each reads (INT32_MAX: unbounded)
     pointers: np.ndarray          # uintp: the pures' addresses
     args: tuple[int, ...]         # the count and the three arrays' addresses
+    # The base row, where the walk's state has one (TokenIndex._base_row): its trie.pure_row
+    # (byte set, most bytes), set before the walk, which then skips the subtrees it covers; and
+    # the C walk's base arguments (its classes, pure_below array, base_len; None, None, 0).
+    base_row: tuple[bytes, int] | None = None
+    base_args: tuple = (None, None, 0)
+    base_classes: np.ndarray | None = None  # uint8 [C]: 1 for the classes of the base row's bytes
 
 
-def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: np.ndarray) -> Loops:
-    """pures: (array, address) pairs, as trie.pure_below gives them."""
+def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: np.ndarray,
+              base_row: tuple[bytes, int] | None = None, base_classes: np.ndarray | None = None,
+              base_pure: tuple[np.ndarray, int] | None = None, walk_len: int = 0) -> Loops:
+    """pures, base_pure: (array, address) pairs, as trie.pure_below gives them; walk_len: the
+    C walk's base_len (the base row's most bytes, or INT32_MAX where more of them are dead)."""
     pointers = np.array([address for _, address in pures] or [0], dtype=np.uintp)
+    base_args = (None, None, 0) if base_row is None else (_ptr(base_classes), base_pure[1], walk_len)
     return Loops(states, [array for array, _ in pures], limits, pointers,
-                 (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)))
+                 (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)), base_row, base_args, base_classes)
 
 
 NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
@@ -304,7 +354,8 @@ class TokenIndex:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_loops", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch")}
+                if k not in ("_loops", "_based", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch",
+                             "_distance_or_dead")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -329,35 +380,57 @@ class TokenIndex:
         (walks run one at a time), and the addresses."""
         n = len(self.trie.byte)
         arrays = (np.empty(self.trie.max_depth + 1, dtype=np.int32), np.empty(n, dtype=np.int32),
-                  np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64))
+                  np.empty(n, dtype=np.int32), np.zeros(1, dtype=np.int64),
+                  np.empty(self.trie.max_depth + 1, dtype=np.uint8))
         return arrays, tuple(map(_ptr, arrays))
 
     def loops(self, state: int, accept: np.ndarray | None = None, split: bool = False) -> Loops:
         """The walk's loop states, their trie.pure_below arrays and how many bytes of their set
         each reads (C walks only): `state` and the states that most bytes lead to, one and two
         bytes on (a key's first character, then the rest of an undeclared key; up to COUNT_DEPTH
-        along a count down), where at least
-        MIN_LOOP_BYTES bytes lead back to the state (a string's interior: unbounded) or on to one
-        state, byte after byte (a string of at most n characters: as far as that goes). With
-        `split`, through states that complete no terminal (accept). An index is walked with one
-        accept and split; a state's row never changes once walked (the lexer grows by new
-        states)."""
+        along a count down), where at least MIN_LOOP_BYTES bytes lead back to the state (a
+        string's interior: unbounded) or on to one state, byte after byte (a string of at most n
+        characters: as far as that goes). With `split`, through states that complete no terminal
+        (accept). Where exactly the bytes of one such set lead there from `state` (a string's
+        state), the walk takes the base row instead (see Loops; the table would save it little,
+        and what a first visit costs is mostly building it). An index is walked with one accept
+        and split; a state's row never changes once walked (the lexer grows by new states)."""
         out = self._loops.get(state)
         if out is None:
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
-            (found, limits, sets), args = self._loop_scratch
+            (found, limits, sets, base), args = self._loop_scratch
             n = mask_library().find_loops(*args[:5], None if accept is None else _ptr(accept), split, state, *args[5:])
-            out = self._loops[state] = NO_LOOPS if n == 0 else _as_loops(
-                found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
+            if base[0] >= 0:
+                out = self._based_loops(sets[base[0]].tobytes(), int(base[1]), int(base[2]))
+            else:
+                out = NO_LOOPS if n == 0 else _as_loops(
+                    found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
+            self._loops[state] = out
+        return out
+
+    def _based_loops(self, byte_set: bytes, most: int, walk_len: int) -> Loops:
+        """The Loops of a walk from a state with a base row (no loop table), shared by the
+        states of every string of that set, length left and ending."""
+        key = (byte_set, most, walk_len)
+        out = self._based.get(key)
+        if out is None:
+            classes = np.zeros(self.dfa.trans.shape[1], dtype=np.uint8)
+            classes[self.dfa.classes[_unpack_set(byte_set)]] = 1  # loop sets are unions of classes
+            out = self._based[key] = _as_loops(NO_LOOPS.states, [], NO_LOOPS.limits, (byte_set, most), classes,
+                                               self.trie.pure_below(byte_set), walk_len)
         return out
 
     @cached_property
+    def _based(self) -> dict[tuple[bytes, int, int], Loops]:
+        return {}
+
+    @cached_property
     def _loop_scratch(self) -> tuple[tuple[np.ndarray, ...], tuple]:
-        """find_loops' out arrays (states, limits, byte sets) and its arguments but accept, split
-        and state."""
+        """find_loops' out arrays (states, limits, byte sets, base row) and its arguments but
+        accept, split and state."""
         arrays = (np.empty(MAX_LOOPS, dtype=np.int32), np.empty(MAX_LOOPS, dtype=np.int32),
-                  np.empty((MAX_LOOPS, 32), dtype=np.uint8))
+                  np.empty((MAX_LOOPS, 32), dtype=np.uint8), np.empty(3, dtype=np.int32))
         trans, classes, dead = self._static_args[:3]
         return arrays, (trans, classes, dead, self._class_bytes_ptr, _ptr(self.dfa.classes), LOOP_DEPTH, COUNT_DEPTH,
                         MIN_LOOP_BYTES, MIN_RUN, self.trie.max_depth, *map(_ptr, arrays))
@@ -419,7 +492,7 @@ class TokenIndex:
         return (words, *self._crossings())
 
     def _crossings(self) -> tuple[np.ndarray, np.ndarray]:
-        (_, nodes, terms, count), _ = self._scratch
+        (_, nodes, terms, count, _), _ = self._scratch
         n = int(count[0])
         return nodes[:n].copy(), terms[:n].copy()
 
@@ -430,7 +503,7 @@ class TokenIndex:
         accept = np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
-        stack, nodes, terms, count = self._scratch[1]
+        stack, nodes, terms, count, _ = self._scratch[1]
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
@@ -446,6 +519,35 @@ class TokenIndex:
         has = self.trie.token_node >= 0
         out[has] = node_state[self.trie.token_node[has]]
         return out
+
+    def next_distances(self, state: int) -> np.ndarray:
+        """int64 [V]: each token's distance to completion (dfa.distance) after it from `state`;
+        -1 where not allowed. The walk skips the base row's subtrees (a string's characters: most
+        of the vocabulary), whose tokens' distances follow from their lengths alone."""
+        lib = mask_library()
+        if lib is None:
+            nxt = self.next_states(state)
+            return np.where(nxt != self.dfa.dead, self.dfa.distance[nxt], -1)
+        loops = self.loops(state)
+        node_state = np.full(len(self.trie.byte) + 1, self.dfa.dead, dtype=np.int32)  # + tokens without bytes
+        self._walk_native(lib, state, self.trie.size, np.zeros((self.trie.size + 31) // 32, dtype=np.uint32),
+                          node_state, loops=loops)
+        dist = self._distance_or_dead.take(node_state.take(self.trie.token_node))  # node -1: the last
+        if loops.base_row is not None:
+            byte_set, most = loops.base_row
+            lengths = np.minimum(self.trie._pure_lengths(byte_set), most + 1)
+            by_length = np.full(most + 2, -1, dtype=np.int64)  # after 0..most bytes of the set; then none
+            trans, x, c = self.dfa.trans, state, int(self.dfa.classes[np.flatnonzero(_unpack_set(byte_set))[0]])
+            for k in range(most + 1):  # one state per k (see Loops)
+                by_length[k], x = x, trans.item(x, c)
+            by_length[:-1] = self.dfa.distance[by_length[:-1]]
+            dist = np.where(lengths <= most, by_length.take(lengths), dist)
+        return dist
+
+    @cached_property
+    def _distance_or_dead(self) -> np.ndarray:
+        """dfa.distance with -1 for the dead state."""
+        return np.where(np.arange(self.dfa.dead + 1) == self.dfa.dead, -1, self.dfa.distance)
 
     def allowed_tokens(self, state: int) -> np.ndarray:
         """int64 ids of the allowed tokens (any id the trie holds), ascending."""
@@ -467,17 +569,25 @@ class TokenIndex:
         return node_state
 
     def _walk_native(self, lib: ctypes.CDLL, state: int, vocab_size: int, words: np.ndarray,
-                     node_state: np.ndarray | None, crossings: tuple | None = None) -> int:
-        """crossings: (accept, split), see crossings_walk (written to the scratch arrays)."""
-        stack, nodes, terms, count = self._scratch[1]
+                     node_state: np.ndarray | None, crossings: tuple | None = None,
+                     loops: Loops | None = None) -> int:
+        """crossings: (accept, split), see crossings_walk (written to the scratch arrays). loops:
+        the state's (default), or NO_LOOPS where node_state is wanted (a base row's nodes then
+        keep their state: only next_distances passes one)."""
+        stack, nodes, terms, count, on_path = self._scratch[1]
         accept, split = (None, False) if crossings is None else crossings
         cross = [None, 0, None, None, None] if crossings is None else [_ptr(accept), split, nodes, terms, count]
-        loops = self.loops(state, accept, split) if node_state is None else NO_LOOPS
+        if loops is None:
+            loops = self.loops(state, accept, split) if node_state is None else NO_LOOPS
+        base_count = 0
+        if loops.base_row is not None:
+            base_words, base_count = self.trie.pure_row(*loops.base_row, vocab_size)
+            np.bitwise_or(words, base_words, out=words)
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
-        return lib.walk_token_trie(
+        return base_count + lib.walk_token_trie(
             trans, classes, dead, node_class, depth, skip, len(self.trie.byte), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), None if node_state is None else _ptr(node_state), *cross,
-            *loops.args, below, stack)
+            *loops.args, below, *loops.base_args, on_path, stack)
 
 
 def indexed_pattern(regex: str) -> str:

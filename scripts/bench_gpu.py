@@ -4,8 +4,9 @@ engine (CUDA graphs, then --enforce-eager) and on HF `generate` (static batches 
 guided_workload() n=256 guided against the same work unguided. Llama-3-8B shape, bf16, random
 weights on both sides. Needs the standard workloads: GDSERVE_SHARED=<folder holding
 bench/workload.py and guided_schemas.json>.
-Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only]   (writes bench_gpu.json
-under $OUT; --guided-only: the guided against unguided run alone)"""
+Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--tokenizer=DIR|byte-pair]
+(writes bench_gpu.json under $OUT; --guided-only: the guided against unguided run alone; the
+tokenizer: SmolLM2's, saved to build/tokenizer by `make gpu-carry`, by default)"""
 import gc
 import json
 import os
@@ -27,12 +28,14 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     guided_only = "--guided-only" in sys.argv
     num_layers = int(args[0]) if args else 32
+    tokenizer = test_gpu.tokenizer_arg(sys.argv[1:])
     workloads = load_workload_module()
     requests = workloads.random_workload(n=256)
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
     result = {"workload": "random_workload(n=256)", "model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152",
-              "dtype": "bfloat16", "device": torch.cuda.get_device_name()}
+              "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
+              "tokenizer": "synthetic byte pairs" if tokenizer is None else tokenizer.name}
     engine_args = {"load_format": "dummy", "dtype": "bfloat16"}
 
     def record(key: str, value: dict) -> None:
@@ -43,7 +46,7 @@ def main() -> None:
         torch.cuda.empty_cache()
 
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers)
+        test_gpu.save_model_dir(Path(tmp), num_layers, tokenizer)
         if not guided_only:
             record("engine", run_engine(requests, tmp, engine_args))
             record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))

@@ -3,9 +3,9 @@ then the same work unguided (each request's max_tokens = its guided length, as `
 throughput --workload guided`), stepping the engine by hand and timing the host's phases per run:
 scheduling, input preparation and launch, waiting for the device's sampled tokens, taking them in
 (matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector.
-Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N]   (GDSERVE_SHARED as for
-bench_gpu.py; writes profile_guided.json under $OUT. --tiny: a 64-wide model, for a dry run on
-the CPU. --threads: torch's intra-op threads.)"""
+Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N] [--tokenizer=DIR|byte-pair]
+(GDSERVE_SHARED and the tokenizer as for bench_gpu.py; writes profile_guided.json under $OUT.
+--tiny: a 64-wide model, for a dry run on the CPU. --threads: torch's intra-op threads.)"""
 import gc
 import json
 import os
@@ -113,7 +113,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     requests = load_workload_module().guided_workload(n=256, **({"prompt_len": (16, 64)} if tiny else {}))
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers)
+        test_gpu.save_model_dir(Path(tmp), num_layers, test_gpu.tokenizer_arg(sys.argv[1:]))
         if tiny:
             config = json.loads((Path(tmp) / "config.json").read_text())
             config.update(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

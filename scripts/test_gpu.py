@@ -237,12 +237,40 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"])
 
 
-def save_model_dir(path: Path, num_layers: int) -> None:
-    """config.json (Llama-3-8B shape, fewer layers) and a byte-level tokenizer spanning the vocab
-    (the engine decodes every id it samples)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
+TOKENIZER = ROOT / "build" / "tokenizer"  # the default model's tokenizer files (`make gpu-carry`)
+
+
+def save_model_dir(path: Path, num_layers: int, tokenizer: Path | None = None) -> None:
+    """config.json (Llama-3-8B shape, fewer layers) and a tokenizer spanning the vocab (the engine
+    decodes every id it samples): the files in `tokenizer` (a saved tokenizer of that vocab size,
+    SmolLM2's from `make gpu-carry`), else a synthetic byte-level one of 1- and 2-byte tokens."""
+    from transformers import AutoTokenizer, LlamaConfig
     LlamaConfig(**LLAMA3_8B, num_hidden_layers=num_layers).save_pretrained(path)
+    if tokenizer is None:
+        save_byte_pair_tokenizer(path)
+        return
+    saved = AutoTokenizer.from_pretrained(tokenizer)
+    if len(saved) != LLAMA3_8B["vocab_size"]:
+        raise SystemExit(f"{tokenizer}: {len(saved)} tokens, the model's vocab is {LLAMA3_8B['vocab_size']}")
+    saved.save_pretrained(path)
+
+
+def tokenizer_arg(argv: list[str]) -> Path | None:
+    """--tokenizer=DIR (a saved tokenizer), --tokenizer=byte-pair (the synthetic one); default
+    build/tokenizer, which `make gpu-carry` saves."""
+    value = next((a.split("=", 1)[1] for a in argv if a.startswith("--tokenizer=")), str(TOKENIZER))
+    if value == "byte-pair":
+        return None
+    if not (Path(value) / "tokenizer_config.json").is_file():
+        raise SystemExit(f"no saved tokenizer in {value}: run `make gpu-carry` here and carry build/tokenizer, "
+                         "or pass --tokenizer=byte-pair")
+    return Path(value)
+
+
+def save_byte_pair_tokenizer(path: Path) -> None:
+    """Byte-level BPE over the 256 bytes and then byte pairs, up to the vocab size (no merges)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     pairs = (a + b for a in alphabet for b in alphabet)

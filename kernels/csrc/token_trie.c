@@ -39,8 +39,14 @@ static int32_t loop_find(const int32_t *slots, int32_t state) {
    descendants all read bytes of the loop's set (pures[l][node], see grammar/token_index.py) and
    at most loop_limits[l] of them (below[node]) has its whole subtree allowed without a walk: a
    string's interior is most of the vocabulary (loop_slots is NULL when node_state is wanted;
-   with `split`, an accepting loop state is walked node by node, each one a crossing). Returns
-   how many bits it set. */
+   with `split`, an accepting loop state is walked node by node, each one a crossing).
+   With base_classes (else NULL; never with `split`), the caller has already set the bits of the
+   base row: the tokens whose bytes all lie in those classes, up to the row's length, all allowed
+   from `state` (TokenIndex's base row: a string's characters). A node whose path and subtree
+   read only such bytes (base_pure[node]: as pures), no more of them than base_len (the row's
+   length, or INT32_MAX where one more is dead), is skipped whole: without its crossings (none:
+   its nodes are alive, or dead past the row, and `split` is off), and node_state is not written
+   for its nodes. on_path (max depth + 1) is scratch. Returns how many bits it set (bits already set not counted). */
 static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
                           const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                           int32_t begin, int32_t end, const int32_t *tok_ptr, const int32_t *tok_ids,
@@ -48,10 +54,12 @@ static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
                           const int32_t *accept, int32_t split, int32_t *cross_nodes,
                           int32_t *cross_terms, int64_t *n_cross, const int32_t *loop_slots,
                           const uint8_t *const *pures, const int32_t *loop_limits,
-                          const int32_t *below, int32_t *stack) {
+                          const int32_t *below, const uint8_t *base_classes, const uint8_t *base_pure,
+                          int32_t base_len, uint8_t *on_path, int32_t *stack) {
     int64_t count = 0;
     int32_t base = depth[begin];
     stack[base - 1] = state;
+    if (base_classes) on_path[base - 1] = 1;
     int32_t i = begin;
     while (i < end) {
         int32_t d = depth[i];
@@ -66,6 +74,13 @@ static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
             i = skip[i];
             continue;
         }
+        if (base_classes) {
+            on_path[d] = on_path[d - 1] && base_classes[node_class[i]];
+            if (on_path[d] && base_pure[i] && below[i] <= base_len - d) {
+                i = skip[i];
+                continue;
+            }
+        }
         int32_t last = i + 1;
         if (loop_slots) {
             int32_t l = loop_find(loop_slots, s);
@@ -77,8 +92,9 @@ static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
         for (int32_t k = tok_ptr[i]; k < tok_ptr[last]; k++) {
             int32_t t = tok_ids[k];
             if (t < vocab_size) {
-                words[t >> 5] |= 1u << (t & 31);
-                count++;
+                uint32_t bit = 1u << (t & 31);
+                count += !(words[t >> 5] & bit);
+                words[t >> 5] |= bit;
             }
         }
         i = last;
@@ -87,7 +103,7 @@ static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
 }
 
 /* The whole trie (n_nodes nodes) from `state`; *n_cross is set to the crossings' count; the loops
-   are ignored when node_state is wanted. */
+   are ignored when node_state is wanted (the nodes the base row covers keep theirs). */
 int64_t walk_token_trie(const int32_t *trans, int32_t n_classes, int32_t dead,
                         const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                         int32_t n_nodes, const int32_t *tok_ptr, const int32_t *tok_ids,
@@ -95,7 +111,8 @@ int64_t walk_token_trie(const int32_t *trans, int32_t n_classes, int32_t dead,
                         int32_t *node_state, const int32_t *accept, int32_t split,
                         int32_t *cross_nodes, int32_t *cross_terms, int64_t *n_cross, int32_t n_loops,
                         const int32_t *loop_states, const uint8_t *const *pures,
-                        const int32_t *loop_limits, const int32_t *below, int32_t *stack) {
+                        const int32_t *loop_limits, const int32_t *below, const uint8_t *base_classes,
+                        const uint8_t *base_pure, int32_t base_len, uint8_t *on_path, int32_t *stack) {
     int64_t n = 0;
     int32_t slots[2 * LOOP_SLOTS];
     loop_table(slots, node_state ? 0 : n_loops, loop_states);
@@ -103,7 +120,7 @@ int64_t walk_token_trie(const int32_t *trans, int32_t n_classes, int32_t dead,
                                          tok_ptr, tok_ids, state, vocab_size, words, node_state,
                                          accept, split, cross_nodes, cross_terms, &n,
                                          node_state || !n_loops ? NULL : slots, pures, loop_limits,
-                                         below, stack) : 0;
+                                         below, base_classes, base_pure, base_len, on_path, stack) : 0;
     if (n_cross) *n_cross = n;
     return count;
 }
@@ -124,7 +141,8 @@ int64_t walk_token_subtrees(const int32_t *trans, int32_t n_classes, int32_t dea
     for (int32_t r = 0; r < n_roots; r++)
         count += walk_range(trans, n_classes, dead, node_class, depth, skip, roots[r], skip[roots[r]],
                             tok_ptr, tok_ids, state, vocab_size, words, NULL, accept, split, cross_nodes,
-                            cross_terms, &n, n_loops ? slots : NULL, pures, loop_limits, below, stack);
+                            cross_terms, &n, n_loops ? slots : NULL, pures, loop_limits, below, NULL, NULL, 0,
+                            NULL, stack);
     *n_cross = n;
     return count;
 }
@@ -160,6 +178,35 @@ static int32_t same_set(const int32_t *trans, int32_t n_classes, int32_t x, int3
     return 1;
 }
 
+static int32_t in_set(const uint8_t *set, int32_t b) {
+    return (set[b >> 3] >> (7 - (b & 7))) & 1;
+}
+
+/* The base row of a walk from `state` (see walk_range), where one of the n loops found is one
+   that exactly the bytes of its set lead to from `state` (a string's characters): out_base =
+   {that loop's index, the row's most bytes (its limit + 1, at most max_run), the walk's base_len
+   (INT32_MAX where one more byte of the set after that many is dead, or the most is max_run:
+   then the walk skips only-set subtrees of any length)}; {-1, 0, 0} where none is. */
+static void base_row(const int32_t *trans, int32_t n_classes, int32_t dead, const uint8_t *byte_class,
+                     int32_t state, int32_t n, const int32_t *loops, const int32_t *limits, const uint8_t *sets,
+                     int32_t max_run, int32_t *out_base) {
+    const int32_t *row = trans + (int64_t)state * n_classes;
+    out_base[0] = -1, out_base[1] = out_base[2] = 0;
+    for (int32_t e = 0; e < n; e++) {
+        int32_t b = 0, first = -1;
+        for (; b < 256 && (row[byte_class[b]] == loops[e]) == in_set(sets + 32 * e, b); b++)
+            if (first < 0 && in_set(sets + 32 * e, b)) first = b;
+        if (b < 256 || first < 0) continue;
+        int32_t most = limits[e] >= max_run ? max_run : limits[e] + 1, end = state, closes = 1;
+        for (int32_t k = 0; k < most && most < max_run; k++)
+            end = trans[(int64_t)end * n_classes + byte_class[first]];
+        for (b = 0; b < 256 && most < max_run; b++)
+            if (in_set(sets + 32 * e, b) && trans[(int64_t)end * n_classes + byte_class[b]] != dead) closes = 0;
+        out_base[0] = e, out_base[1] = most, out_base[2] = closes ? INT32_MAX : most;
+        return;
+    }
+}
+
 /* The loop states of a walk from `state` (see walk_range): following, up to `depth` bytes (up to
    count_depth while each state counts down to the next), the state that most bytes lead to,
    each state x met where at least min_bytes bytes (class_bytes[c]: how many bytes class c
@@ -167,11 +214,12 @@ static int32_t same_set(const int32_t *trans, int32_t n_classes, int32_t x, int3
    (32 bytes each: bit 0x80 >> (b & 7) of byte b >> 3, np.packbits' order),
    and to out_limit how many bytes of that set x reads and stays alive (run_length): unbounded
    where they lead back (a string's interior), a count down (a string of at most n characters)
-   up to max_run, listed only from min_run on. Returns how many (at most MAX_LOOPS). */
+   up to max_run, listed only from min_run on. Returns how many (at most MAX_LOOPS); out_base is
+   their base row (base_row; unless `split`: {-1, 0, 0}). */
 int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const int32_t *class_bytes,
                    const uint8_t *byte_class, const int32_t *accept, int32_t split, int32_t state,
                    int32_t depth, int32_t count_depth, int32_t min_bytes, int32_t min_run, int32_t max_run,
-                   int32_t *out, int32_t *out_limit, uint8_t *out_set) {
+                   int32_t *out, int32_t *out_limit, uint8_t *out_set, int32_t *out_base) {
     int32_t out_next[MAX_LOOPS];
     int32_t n = 0, x = state, succ[256], succ_bytes[256], counting = 0;
     for (int32_t step = 0; (step < depth || (counting && step < count_depth)) && x != dead; step++) {
@@ -225,5 +273,6 @@ int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const 
         out[kept] = out[e];
         out_limit[kept++] = out_limit[e];
     }
+    base_row(trans, n_classes, dead, byte_class, state, split ? 0 : kept, out, out_limit, out_set, max_run, out_base);
     return kept;
 }

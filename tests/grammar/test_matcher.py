@@ -172,9 +172,11 @@ def test_budget_rows_skip_the_walk_only_where_it_would_give_the_full_row(pattern
     from gdserve.grammar import matcher as matcher_module
     grammar = compile_grammar("regex", pattern, smollm2_tokenizer)
     bounded = pickle.loads(pickle.dumps(grammar))
+    assert "_reach" in bounded.__dict__  # computed where it compiled, and pickled with it
     assert bounded._reach is not None
     monkeypatch.setattr(matcher_module, "MAX_REACH_SWEEP", 0)
     walked = pickle.loads(pickle.dumps(grammar))
+    del walked._reach  # recomputed under the patched limit
     assert walked._reach is None
     states = np.flatnonzero(grammar.index.dfa.distance < matcher_module.UNREACHABLE)
     skipped = 0

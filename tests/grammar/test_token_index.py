@@ -84,6 +84,30 @@ def test_native_and_numpy_walks_agree(smollm2_tokenizer, monkeypatch):
         assert np.array_equal(nexts[s], index.next_states(s))
 
 
+@pytest.mark.parametrize("regex", [r'"[^"\\\x00-\x1f]{0,12}", ?"', r"[a-zA-Z ]{8}(?:[a-z]{3}7)?",
+                                   r"[a-zA-Z]{0,200}!", r'\{"s": "[a-z ]{0,40}", "t": "[^"]{2,9}"\}'])
+def test_base_rows_agree_with_the_numpy_walk(smollm2_tokenizer, monkeypatch, regex):
+    """A string's states start from the base row (its characters' tokens, at most as many as
+    the string has left) and walk only the subtrees it does not cover, for their rows and for
+    each token's distance to completion after it: bounded strings that close after their last
+    character, ones that may go on past it, and ones longer than any token, every state against
+    the numpy walk."""
+    if mask_library() is None:
+        pytest.skip("no C compiler")
+    index: TokenIndex = compile_grammar("regex", regex, smollm2_tokenizer).index
+    states = range(index.dfa.dead)
+    based = [index.loops(s) for s in states if index.loops(s).base_row is not None]
+    assert len(based) > 5
+    if "{8}" in regex:  # more characters may follow the 8: the walk stops at them, not at the trie's depth
+        assert any(loops.base_args[2] < 2**31 - 1 for loops in based)
+    native = [(index.allowed_words(s, 49152), index.next_distances(s)) for s in states]
+    monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
+    for s, ((words, count), distances) in zip(states, native):
+        fallback, fallback_count = index.allowed_words(s, 49152)
+        assert count == fallback_count and np.array_equal(words, fallback), s
+        assert np.array_equal(distances, index.next_distances(s)), s  # the budget rows' input
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_native_and_numpy_crossing_walks_agree(smollm2_tokenizer, monkeypatch, split):
     """The grammar path's walk from each lexer state: the same tokens inside, and the same nodes
@@ -111,7 +135,8 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
     """In a state that loops on many bytes (a string's interior; an undeclared key's rest, two
     bytes past an open object's `{"`) or counts down on them (a string of at most 40
     characters), a trie subtree whose bytes all loop, or count down no further than the bound,
-    is taken whole: the same tokens and crossings as the walk node by node."""
+    is taken whole (without `split`, a string's own states start from the base row instead):
+    the same tokens and crossings as the walk node by node."""
     if mask_library() is None:
         pytest.skip("no C compiler")
     schema = {"type": "object", "properties": {"name": {"type": "string"},
@@ -123,20 +148,25 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
         assert matcher.accept_token(token)
     dfa, accept = grammar.lexer.arrays()
     index = TokenIndex(dfa, grammar.trie)
-    looping = {s: index.loops(s).states.tolist() for s in range(dfa.dead)}
-    looping = {s: loops for s, loops in looping.items() if loops}
-    assert any(loops[0] == s for s, loops in looping.items())
-    assert any(s not in loops for s, loops in looping.items())
-    limits = [limit for s in looping for limit in index.loops(s).limits.tolist()]
+    found = {s: index.loops(s, accept, split) for s in range(dfa.dead)}
+    tables = {s: loops.states.tolist() for s, loops in found.items() if len(loops.states)}
+    assert any(s not in states for s, states in tables.items())  # a string ahead of the state
+    limits = [limit for s in tables for limit in found[s].limits.tolist()]
     assert 2**31 - 1 in limits and min(limits) < 40  # strings: a loop, and the note's count down
+    based = [loops.base_row[1] for loops in found.values() if loops.base_row is not None]
+    if split:
+        assert not based and any(states[0] == s for s, states in tables.items())
+    else:  # the name's states (the trie's depth), the note's (40 characters left at most)
+        assert grammar.trie.max_depth in based and min(based) < 40
     roots = np.flatnonzero(grammar.trie.depth == 1)[::7]
     walks = {s: (index.crossings_walk(s, grammar.vocab_size, accept, split),
                  index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split))
-             for s in looping}
+             for s in found}
     monkeypatch.setattr("gdserve.grammar.token_index.MIN_LOOP_BYTES", 10**9)
     index = TokenIndex(dfa, grammar.trie)
     for s, (whole, subtrees) in walks.items():
-        assert not len(index.loops(s).states)
+        loops = index.loops(s, accept, split)
+        assert not len(loops.states) and loops.base_row is None
         for ours, theirs in zip(whole + subtrees, index.crossings_walk(s, grammar.vocab_size, accept, split)
                                 + index.subtrees_walk(mask_library(), s, roots, grammar.vocab_size, accept, split)):
             assert np.array_equal(ours, theirs)
