@@ -203,16 +203,16 @@ class TokenTrie:
         if row is None:
             if len(self._pure_rows) >= MAX_CACHED_PURE_ROWS:
                 self._pure_rows.clear()
-            lengths = self._pure_lengths(loop)[:vocab_size]
+            lengths = self.pure_lengths(loop)[:vocab_size]
             keep = np.zeros(32 * ((vocab_size + 31) // 32), dtype=bool)
             keep[:len(lengths)] = lengths <= max_len
             words = np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32)
             row = self._pure_rows[key] = (words, int(keep.sum()))
         return row
 
-    def _pure_lengths(self, loop: bytes) -> np.ndarray:
+    def pure_lengths(self, loop: bytes) -> np.ndarray:
         """int64 [V]: each token's length where its bytes all lie in `loop`, else a length no
-        max_len reaches (tokens without bytes included)."""
+        max_len reaches (tokens without bytes included); cached per byte set."""
         lengths = self._pure_tokens.get(loop)
         if lengths is None:
             if len(self._pure_tokens) >= MAX_CACHED_LOOPS:
@@ -323,9 +323,10 @@ class Loops(NamedTuple):
     limits: np.ndarray            # int32: bytes of the set each reads (INT32_MAX: unbounded)
     pointers: np.ndarray          # uintp: the pures' addresses
     args: tuple[int, ...]         # the count and the three arrays' addresses
-    # The base row, where the walk's state has one (TokenIndex._base_row): its trie.pure_row
-    # (byte set, most bytes), set before the walk, which then skips the subtrees it covers; and
-    # the C walk's base arguments (its classes, pure_below array, base_len; None, None, 0).
+    # The base row, where the walk's state has one (find_loops finds it, see TokenIndex.loops):
+    # its trie.pure_row (byte set, most bytes), set before the walk, which then skips the
+    # subtrees it covers; and the C walk's base arguments (the addresses of base_classes and of
+    # the set's pure_below array, base_len; None, None, 0 without).
     base_row: tuple[bytes, int] | None = None
     base_args: tuple = (None, None, 0)
     base_classes: np.ndarray | None = None  # uint8 [C]: 1 for the classes of the base row's bytes
@@ -535,7 +536,7 @@ class TokenIndex:
         dist = self._distance_or_dead.take(node_state.take(self.trie.token_node))  # node -1: the last
         if loops.base_row is not None:
             byte_set, most = loops.base_row
-            lengths = np.minimum(self.trie._pure_lengths(byte_set), most + 1)
+            lengths = np.minimum(self.trie.pure_lengths(byte_set), most + 1)
             by_length = np.full(most + 2, -1, dtype=np.int64)  # after 0..most bytes of the set; then none
             trans, x, c = self.dfa.trans, state, int(self.dfa.classes[np.flatnonzero(_unpack_set(byte_set))[0]])
             for k in range(most + 1):  # one state per k (see Loops)
@@ -572,8 +573,8 @@ class TokenIndex:
                      node_state: np.ndarray | None, crossings: tuple | None = None,
                      loops: Loops | None = None) -> int:
         """crossings: (accept, split), see crossings_walk (written to the scratch arrays). loops:
-        the state's (default), or NO_LOOPS where node_state is wanted (a base row's nodes then
-        keep their state: only next_distances passes one)."""
+        by default the state's, or NO_LOOPS where node_state is wanted; next_distances passes
+        the state's with node_state, whose base row's nodes then keep the dead state."""
         stack, nodes, terms, count, on_path = self._scratch[1]
         accept, split = (None, False) if crossings is None else crossings
         cross = [None, 0, None, None, None] if crossings is None else [_ptr(accept), split, nodes, terms, count]
