@@ -113,16 +113,16 @@ class Grammar:
         if self._fits(state, budget):
             return full
         dist = self.next_distances(state)
-        allowed = dist >= 0
-        self._max_next[state] = int(dist[allowed].max()) if allowed.any() else 0
-        accepting = self.is_final(state)
-        if self._max_next[state] <= budget or not allowed.any():
+        max_next = self._max_next[state] = int(dist.max())  # -1: no token allowed
+        if max_next <= budget or max_next < 0:
             return full
         # Where no token fits the budget in bytes (multi-byte tokens may still make it in
         # tokens), head for completion as fast as the bytes allow.
-        limit = budget if accepting else max(budget, int(dist[allowed].min()))
+        accepting = self.is_final(state)
+        limit = budget if accepting else max(budget, int(dist.view(np.uint32).min()))  # -1 reads 2**32 - 1
         keep = np.zeros(32 * bitmask_width(self.vocab_size), dtype=bool)
-        keep[:len(dist)] = allowed & (dist <= limit)
+        if limit >= 0:
+            np.less_equal(dist.view(np.uint32), limit, out=keep[:len(dist)])  # never the not allowed
         return self._with_eos(np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32), accepting)
 
     def next_distances(self, state: int) -> np.ndarray:
@@ -134,10 +134,9 @@ class Grammar:
         if dist is None:
             if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
                 self._next_distances.clear()
-            found = self.index.next_distances(state)[:self.vocab_size]
-            dist = np.full(self.vocab_size, -1, dtype=np.int32)
-            dist[:len(found)] = np.minimum(found, np.iinfo(np.int32).max)
-            self._next_distances[state] = dist
+            found = np.minimum(self.index.next_distances(state)[:self.vocab_size], np.iinfo(np.int32).max)
+            dist = self._next_distances[state] = np.pad(found.astype(np.int32), (0, self.vocab_size - len(found)),
+                                                        constant_values=-1)  # ids past the tokenizer
         return dist
 
     def _fits(self, state: int, budget: int) -> bool:

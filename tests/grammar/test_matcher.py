@@ -162,6 +162,29 @@ def test_budgeted_masks_complete_within_max_tokens(pattern, smollm2_tokenizer):
             pytest.fail(f"{pattern}: no EOS within max_tokens={max_tokens}")
 
 
+@pytest.mark.parametrize("pattern", [JSONISH, r'\{"s": "[a-z ]{0,40}", "t": "[^"]{2,9}"\}'])
+def test_budget_rows_keep_the_tokens_that_complete_in_time(pattern, smollm2_tokenizer):
+    """Against the rule spelled out over each token's next state: the full row where every token
+    fits the budget (or none is allowed), else the tokens whose next state completes within it
+    (or, before completion, within the nearest any token reaches), plus EOS where complete."""
+    grammar = compile_grammar("regex", pattern, smollm2_tokenizer)
+    rng, matcher = random.Random(3), grammar.matcher()
+    for _ in range(12):
+        state = matcher.state
+        dist = {t: grammar.distance(n) for t, n in grammar.transitions(state).items()}
+        full = set(np.flatnonzero(np.unpackbits(grammar.state_mask(state).row.numpy().view(np.uint8),
+                                                bitorder="little")).tolist())
+        for budget in (-1, 0, 1, 2, 5, 9, 20, 60):
+            if not dist or max(dist.values()) <= budget:
+                expected = full
+            else:
+                limit = budget if grammar.is_final(state) else max(budget, min(dist.values()))
+                expected = {t for t, d in dist.items() if d <= limit} | (full & grammar.eos_token_ids)
+            row = grammar.budget_row(state, budget).numpy().view(np.uint8)
+            assert set(np.flatnonzero(np.unpackbits(row, bitorder="little")).tolist()) == expected
+        assert matcher.accept_token(rng.choice(sorted(dist)))
+
+
 @pytest.mark.parametrize("pattern", [JSONISH, r'\{"s": "[a-z ]{0,40}", "t": "[^"]{2,9}"\}', r"(ab|c)+d?"])
 def test_budget_rows_skip_the_walk_only_where_it_would_give_the_full_row(pattern, smollm2_tokenizer,
                                                                           monkeypatch):
