@@ -35,7 +35,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = {"workload": "random_workload(n=256)", "model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152",
               "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
-              "tokenizer": "synthetic byte pairs" if tokenizer is None else tokenizer.name}
+              "tokenizer": "synthetic byte pairs" if tokenizer is None else str(tokenizer)}
     engine_args = {"load_format": "dummy", "dtype": "bfloat16"}
 
     def record(key: str, value: dict) -> None:

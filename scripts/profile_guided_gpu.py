@@ -112,8 +112,9 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
     requests = load_workload_module().guided_workload(n=256, **({"prompt_len": (16, 64)} if tiny else {}))
+    tokenizer = test_gpu.tokenizer_arg(sys.argv[1:])
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers, test_gpu.tokenizer_arg(sys.argv[1:]))
+        test_gpu.save_model_dir(Path(tmp), num_layers, tokenizer)
         if tiny:
             config = json.loads((Path(tmp) / "config.json").read_text())
             config.update(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -157,7 +158,7 @@ def main() -> None:
     gc.callbacks.append(timer.on_gc)
     result = {"model": f"Llama-3-8B shape, {num_layers} layers" + (", 64 wide" if tiny else ""),
               "device": torch.cuda.get_device_name() if cuda else "cpu", "torch_threads": torch.get_num_threads(),
-              "cpu_count": os.cpu_count()}
+              "cpu_count": os.cpu_count(), "tokenizer": "synthetic byte pairs" if tokenizer is None else str(tokenizer)}
     result["guided"] = run(engine, requests, guided, timer, sync, range(100, 110))
     grammars = {id(g): g for g in (engine.guided.submit(p.guided).result() for p in guided)}.values()
     result["guided"]["states_built"] = sum(len(g._masks) for g in grammars)
