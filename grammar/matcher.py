@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
-from gdserve.kernels.bitmask import bitmask_width
+from gdserve.kernels.bitmask import bitmask_width, pack_words
 
 TERMINATED = -1  # the state after EOS
 MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is not computed (~50 ms)
@@ -120,10 +120,8 @@ class Grammar:
         # tokens), head for completion as fast as the bytes allow.
         accepting = self.is_final(state)
         limit = budget if accepting else max(budget, int(dist.view(np.uint32).min()))  # -1 reads 2**32 - 1
-        keep = np.zeros(32 * bitmask_width(self.vocab_size), dtype=bool)
-        if limit >= 0:
-            np.less_equal(dist.view(np.uint32), limit, out=keep[:len(dist)])  # never the not allowed
-        return self._with_eos(np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32), accepting)
+        keep = dist.view(np.uint32) <= limit if limit >= 0 else np.zeros(0, dtype=bool)  # never the not allowed
+        return self._with_eos(pack_words(keep, self.vocab_size), accepting)
 
     def next_distances(self, state: int) -> np.ndarray:
         """int32 [vocab_size]: each real token's distance to completion after it from `state`

@@ -24,6 +24,7 @@ from outlines_core import Index, Vocabulary
 
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
+from gdserve.kernels.bitmask import pack_words
 
 BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
@@ -203,11 +204,8 @@ class TokenTrie:
         if row is None:
             if len(self._pure_rows) >= MAX_CACHED_PURE_ROWS:
                 self._pure_rows.clear()
-            lengths = self.pure_lengths(loop)[:vocab_size]
-            keep = np.zeros(32 * ((vocab_size + 31) // 32), dtype=bool)
-            keep[:len(lengths)] = lengths <= max_len
-            words = np.packbits(keep, bitorder="little").view("<u4").astype(np.uint32)
-            row = self._pure_rows[key] = (words, int(keep.sum()))
+            keep = self.pure_lengths(loop)[:vocab_size] <= max_len
+            row = self._pure_rows[key] = (pack_words(keep, vocab_size), int(keep.sum()))
         return row
 
     def pure_lengths(self, loop: bytes) -> np.ndarray:

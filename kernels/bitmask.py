@@ -6,6 +6,7 @@ i // 32, little-endian within the word, so token 32k + 31 is the sign bit. A set
 """
 import ctypes
 
+import numpy as np
 import torch
 
 from gdserve.kernels import native
@@ -14,6 +15,14 @@ from gdserve.kernels.triton import use_triton
 
 def bitmask_width(vocab_size: int) -> int:
     return (vocab_size + 31) // 32
+
+
+def pack_words(allowed: np.ndarray, vocab_size: int) -> np.ndarray:
+    """uint32 [bitmask_width(vocab_size)]: bit i % 32 of word i // 32 set where allowed[i] (bool,
+    at most vocab_size long: the rest stays clear)."""
+    bits = np.zeros(32 * bitmask_width(vocab_size), dtype=bool)
+    bits[:len(allowed)] = allowed
+    return np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32)
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
