@@ -17,7 +17,7 @@ from gdserve.kernels.bitmask import bitmask_width, pack_words
 
 TERMINATED = -1  # the state after EOS
 MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is not computed (~50 ms)
-MAX_CACHED_NEXT_DISTANCES = 64  # states whose tokens' distances a grammar keeps (4 bytes a token)
+MAX_CACHED_NEXT_DISTANCES = 16  # states whose tokens' distances a grammar keeps (4 bytes a token)
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,16 @@ class Grammar:
     def next_distances(self, state: int) -> np.ndarray:
         """int32 [vocab_size]: each real token's distance to completion after it from `state`
         (-1: not allowed; INT32_MAX: allowed, but completion is out of reach). Cached for the
-        states most recently near their budget: the sequences of one schema meet the same few
-        (an unbounded string's) step after step."""
-        dist = self._next_distances.get(state)
+        states most recently used near their budget (least recently used out first): the
+        sequences of one schema meet the same few (an unbounded string's) step after step."""
+        dist = self._next_distances.pop(state, None)
         if dist is None:
             if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
-                self._next_distances.clear()
+                del self._next_distances[next(iter(self._next_distances))]
             found = np.minimum(self.index.next_distances(state)[:self.vocab_size], np.iinfo(np.int32).max)
-            dist = self._next_distances[state] = np.pad(found.astype(np.int32), (0, self.vocab_size - len(found)),
-                                                        constant_values=-1)  # ids past the tokenizer
+            dist = np.pad(found.astype(np.int32), (0, self.vocab_size - len(found)),
+                          constant_values=-1)  # ids past the tokenizer
+        self._next_distances[state] = dist  # now the most recently used
         return dist
 
     def _fits(self, state: int, budget: int) -> bool:

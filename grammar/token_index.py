@@ -209,7 +209,7 @@ class TokenTrie:
         return row
 
     def pure_lengths(self, loop: bytes) -> np.ndarray:
-        """int64 [V]: each token's length where its bytes all lie in `loop`, else a length no
+        """int32 [V]: each token's length where its bytes all lie in `loop`, else a length no
         max_len reaches (tokens without bytes included); cached per byte set."""
         lengths = self._pure_tokens.get(loop)
         if lengths is None:
@@ -220,7 +220,7 @@ class TokenTrie:
             outside = np.concatenate([[0], np.cumsum(~inside[data], dtype=np.int64)])
             lengths = np.diff(self.offsets)
             pure = (outside[self.offsets[1:]] == outside[self.offsets[:-1]]) & (lengths > 0) & (self.token_node >= 0)
-            lengths = self._pure_tokens[loop] = np.where(pure, lengths, np.iinfo(np.int64).max)
+            lengths = self._pure_tokens[loop] = np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32)
         return lengths
 
     @cached_property
