@@ -353,8 +353,8 @@ class TokenIndex:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_loops", "_based", "_static_args", "_class_bytes_ptr", "_scratch", "_loop_scratch",
-                             "_distance_or_dead")}
+                if k not in ("_loops", "_based", "_tables", "_static_args", "_class_bytes_ptr", "_scratch",
+                             "_loop_scratch", "_distance_or_dead")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -398,15 +398,40 @@ class TokenIndex:
         if out is None:
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
-            (found, limits, sets, base), args = self._loop_scratch
-            n = mask_library().find_loops(*args[:5], None if accept is None else _ptr(accept), split, state, *args[5:])
-            if base[0] >= 0:
-                out = self._based_loops(sets[base[0]].tobytes(), int(base[1]), int(base[2]))
-            else:
-                out = NO_LOOPS if n == 0 else _as_loops(
-                    found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
+            n, base = self._find_loops(state, accept, split)
+            out = self._based_loops(*base) if base else self._loop_table(n)
             self._loops[state] = out
         return out
+
+    def _find_loops(self, state: int, accept: np.ndarray | None, split: bool) -> tuple[int, tuple | None]:
+        """find_loops into the scratch arrays: (how many loops, the base row's (byte set, most,
+        base_len) or None)."""
+        (_, _, sets, base), args = self._loop_scratch
+        n = mask_library().find_loops(*args[:5], None if accept is None else _ptr(accept), split, state, *args[5:])
+        return n, (sets[base[0]].tobytes(), int(base[1]), int(base[2])) if base[0] >= 0 else None
+
+    def _loop_table(self, n: int) -> Loops:
+        """The Loops of the n loops find_loops last wrote (no base row)."""
+        found, limits, sets, _ = self._loop_scratch[0]
+        return NO_LOOPS if n == 0 else _as_loops(
+            found[:n].copy(), [self.trie.pure_below(sets[i].tobytes()) for i in range(n)], limits[:n].copy())
+
+    def _subtree_loops(self, state: int, accept: np.ndarray, split: bool) -> Loops:
+        """The loop table of a walk over subtrees, which take no base row: a based state's loops()
+        has none, so it is built here (cached apart)."""
+        out = self.loops(state, accept, split)
+        if out.base_row is None:
+            return out
+        table = self._tables.get(state)
+        if table is None:
+            if len(self._tables) > MAX_CACHED_LOOP_STATES:
+                self._tables.clear()
+            table = self._tables[state] = self._loop_table(self._find_loops(state, accept, split)[0])
+        return table
+
+    @cached_property
+    def _tables(self) -> dict[int, Loops]:
+        return {}
 
     def _based_loops(self, byte_set: bytes, most: int, walk_len: int) -> Loops:
         """The Loops of a walk from a state with a base row (no loop table), shared by the
@@ -507,7 +532,7 @@ class TokenIndex:
         lib.walk_token_subtrees(
             trans, classes, dead, node_class, depth, skip, _ptr(roots), len(roots), tok_ptr, tok_ids,
             state, vocab_size, _ptr(words), _ptr(accept), split, nodes, terms, count,
-            *self.loops(state, accept, split).args, below, stack)
+            *self._subtree_loops(state, accept, split).args, below, stack)
         return (words, *self._crossings())
 
     def next_states(self, state: int) -> np.ndarray:

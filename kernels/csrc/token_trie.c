@@ -40,13 +40,14 @@ static int32_t loop_find(const int32_t *slots, int32_t state) {
    at most loop_limits[l] of them (below[node]) has its whole subtree allowed without a walk: a
    string's interior is most of the vocabulary (loop_slots is NULL when node_state is wanted;
    with `split`, an accepting loop state is walked node by node, each one a crossing).
-   With base_classes (else NULL; never with `split`), the caller has already set the bits of the
-   base row: the tokens whose bytes all lie in those classes, up to the row's length, all allowed
-   from `state` (TokenIndex's base row: a string's characters). A node whose path and subtree
-   read only such bytes (base_pure[node]: as pures), no more of them than base_len (the row's
-   length, or INT32_MAX where one more is dead), is skipped whole: without its crossings (none:
-   its nodes are alive, or dead past the row, and `split` is off), and node_state is not written
-   for its nodes. on_path (max depth + 1) is scratch. Returns how many bits it set (bits already set not counted). */
+   With base_classes (else NULL), the caller has already set the bits of the base row: the
+   tokens whose bytes all lie in those classes, up to the row's length, all allowed from `state`
+   (TokenIndex's base row: a string's characters). A node whose path and subtree read only such
+   bytes (base_pure[node]: as pures), no more of them than base_len (the row's length, or
+   INT32_MAX where one more is dead), is skipped whole: without its crossings (none: its nodes
+   are alive, or dead past the row, and no state inside completes a terminal: see base_row), and
+   node_state is not written for its nodes. on_path (max depth + 1) is scratch. Returns how many
+   bits it set (bits already set not counted). */
 static int64_t walk_range(const int32_t *trans, int32_t n_classes, int32_t dead,
                           const uint8_t *node_class, const int32_t *depth, const int32_t *skip,
                           int32_t begin, int32_t end, const int32_t *tok_ptr, const int32_t *tok_ids,
@@ -186,10 +187,12 @@ static int32_t in_set(const uint8_t *set, int32_t b) {
    that exactly the bytes of its set lead to from `state` (a string's characters): out_base =
    {that loop's index, the row's most bytes (its limit + 1, at most max_run), the walk's base_len
    (INT32_MAX where one more byte of the set after that many is dead, or the most is max_run:
-   then the walk skips only-set subtrees of any length)}; {-1, 0, 0} where none is. */
+   then the walk skips only-set subtrees of any length)}; {-1, 0, 0} where none is. With `split`,
+   only where none of the states those bytes lead through completes a terminal (accept): the
+   skipped subtrees then hold no crossing. */
 static void base_row(const int32_t *trans, int32_t n_classes, int32_t dead, const uint8_t *byte_class,
-                     int32_t state, int32_t n, const int32_t *loops, const int32_t *limits, const uint8_t *sets,
-                     int32_t max_run, int32_t *out_base) {
+                     const int32_t *accept, int32_t split, int32_t state, int32_t n, const int32_t *loops,
+                     const int32_t *limits, const uint8_t *sets, int32_t max_run, int32_t *out_base) {
     const int32_t *row = trans + (int64_t)state * n_classes;
     out_base[0] = -1, out_base[1] = out_base[2] = 0;
     for (int32_t e = 0; e < n; e++) {
@@ -202,6 +205,10 @@ static void base_row(const int32_t *trans, int32_t n_classes, int32_t dead, cons
             end = trans[(int64_t)end * n_classes + byte_class[first]];
         for (b = 0; b < 256 && most < max_run; b++)
             if (in_set(sets + 32 * e, b) && trans[(int64_t)end * n_classes + byte_class[b]] != dead) closes = 0;
+        int32_t k = 0;
+        for (int32_t y = state; split && accept && k < most; k++)
+            if (accept[y = trans[(int64_t)y * n_classes + byte_class[first]]] >= 0) break;
+        if (split && accept && k < most) continue;
         out_base[0] = e, out_base[1] = most, out_base[2] = closes ? INT32_MAX : most;
         return;
     }
@@ -215,7 +222,7 @@ static void base_row(const int32_t *trans, int32_t n_classes, int32_t dead, cons
    and to out_limit how many bytes of that set x reads and stays alive (run_length): unbounded
    where they lead back (a string's interior), a count down (a string of at most n characters)
    up to max_run, listed only from min_run on. Returns how many (at most MAX_LOOPS); out_base is
-   their base row (base_row; unless `split`: {-1, 0, 0}). */
+   their base row (base_row). */
 int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const int32_t *class_bytes,
                    const uint8_t *byte_class, const int32_t *accept, int32_t split, int32_t state,
                    int32_t depth, int32_t count_depth, int32_t min_bytes, int32_t min_run, int32_t max_run,
@@ -273,6 +280,6 @@ int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const 
         out[kept] = out[e];
         out_limit[kept++] = out_limit[e];
     }
-    base_row(trans, n_classes, dead, byte_class, state, split ? 0 : kept, out, out_limit, out_set, max_run, out_base);
+    base_row(trans, n_classes, dead, byte_class, accept, split, state, kept, out, out_limit, out_set, max_run, out_base);
     return kept;
 }
