@@ -561,7 +561,7 @@ class TokenIndex:
             byte_set, most = loops.base_row
             lengths = np.minimum(self.trie.pure_lengths(byte_set), most + 1)
             by_length = np.full(most + 2, -1, dtype=np.int64)  # after 0..most bytes of the set; then none
-            trans, x, c = self.dfa.trans, state, int(self.dfa.classes[np.flatnonzero(_unpack_set(byte_set))[0]])
+            trans, x, c = self.dfa.trans, state, int(np.flatnonzero(loops.base_classes)[0])
             for k in range(most + 1):  # one state per k (see Loops)
                 by_length[k], x = x, trans.item(x, c)
             by_length[:-1] = self.dfa.distance[by_length[:-1]]
