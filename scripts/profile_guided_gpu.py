@@ -2,10 +2,13 @@
 then the same work unguided (each request's max_tokens = its guided length, as `gdserve bench
 throughput --workload guided`), stepping the engine by hand and timing the host's phases per run:
 scheduling, input preparation and launch, waiting for the device's sampled tokens, taking them in
-(matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector.
-Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N] [--tokenizer=DIR|byte-pair]
+(matcher advances, detokenizing), the guided bitmask, sampling, and the garbage collector; on CUDA
+also where the device waits for the host (DeviceGaps), which is what the host costs the run.
+Usage: python3 scripts/profile_guided_gpu.py [NUM_LAYERS] [--tiny] [--threads=N] [--trace=FIRST-LAST]
+    [--tokenizer=DIR|byte-pair]
 (GDSERVE_SHARED and the tokenizer as for bench_gpu.py; writes profile_guided.json under $OUT.
---tiny: a 64-wide model, for a dry run on the CPU. --threads: torch's intra-op threads.)"""
+--tiny: a 64-wide model, for a dry run on the CPU. --threads: torch's intra-op threads. --trace:
+the steps torch.profiler records, default 100-109.)"""
 import gc
 import json
 import os
@@ -51,10 +54,62 @@ class PhaseTimer:
             self.seconds["gc"] += time.perf_counter() - self._gc_start
 
 
+class DeviceGaps:
+    """Where the device waits for the host, per step, from CUDA events on the step's stream:
+    `fill` from the forward's end to the bitmask's and sampler's launch (the host still taking in
+    the last tokens and filling the bitmask), `between` from the sampler's end to the next
+    forward's launch (the host still scheduling and preparing the next step). An event the host
+    records late, on an idle stream, completes at once: the elapsed time is the device's idle time."""
+
+    def __init__(self):
+        self.steps: list[dict] = []
+
+    def wrap(self, runner, engine) -> None:
+        import torch
+        execute, sample = runner.execute, engine._sample
+
+        def record() -> "torch.cuda.Event":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+
+        def timed_execute(seqs, num_new_tokens, *args, **kwargs):
+            step = {"start": record(), "rows": len(seqs), "tokens": sum(num_new_tokens)}
+            self.steps.append(step)
+            try:
+                return execute(seqs, num_new_tokens, *args, **kwargs)
+            finally:
+                step["forward_end"] = record()
+
+        def timed_sample(*args, **kwargs):
+            self.steps[-1]["sample_start"] = record()
+            try:
+                return sample(*args, **kwargs)
+            finally:
+                self.steps[-1]["end"] = record()
+        runner.execute, engine._sample = timed_execute, timed_sample
+
+    def summary(self) -> dict:
+        """Call after a device sync. Totals (s) and the 8 largest gaps of each kind (ms, step,
+        rows, tokens)."""
+        steps = [s for s in self.steps if "end" in s]
+        fill = [(s["forward_end"].elapsed_time(s["sample_start"]), i, s) for i, s in enumerate(steps)]
+        between = [(a["end"].elapsed_time(b["start"]), i, a) for i, (a, b) in enumerate(zip(steps, steps[1:]))]
+        busy = sum(s["start"].elapsed_time(s["end"]) for s in steps) / 1e3
+        self.steps.clear()
+
+        def top(gaps):
+            return [(round(ms, 2), i, s["rows"], s["tokens"]) for ms, i, s in sorted(gaps, key=lambda g: g[0])[-8:]]
+        return {"step_span_s": round(busy, 3), "fill_gap_s": round(sum(g[0] for g in fill) / 1e3, 3),
+                "between_gap_s": round(sum(g[0] for g in between) / 1e3, 3),
+                "top_fill_gaps": top(fill), "top_between_gaps": top(between)}
+
+
 ALLOCATOR_STATS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
 
 
-def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, trace_steps: range = range(0)) -> dict:
+def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, trace_steps: range = range(0),
+        gaps: DeviceGaps | None = None) -> dict:
     """Step the requests to the end; torch.profiler over trace_steps (CPU side: which runtime
     calls the host spends its time in)."""
     import torch
@@ -84,6 +139,8 @@ def run(engine, requests: list[dict], params: list, timer: PhaseTimer, sync, tra
     result = {"seconds": round(seconds, 3), "output_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
               "steps": steps, "host_s": phases, "lengths": [lengths[k] for k in sorted(lengths, key=int)],
               "allocator": {k: after.get(k, 0) - stats.get(k, 0) for k in ALLOCATOR_STATS}}
+    if gaps is not None:
+        result["device_gaps"] = gaps.summary()
     if prof is not None:
         averages = prof.key_averages()
         result["trace"] = averages.table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50)
@@ -108,6 +165,8 @@ def main() -> None:
         torch.set_num_threads(threads[0])
     num_layers = int(args[0]) if args else 32
     tiny = "--tiny" in sys.argv
+    trace = next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--trace=")), "100-109")
+    trace_steps = range(int(trace.split("-")[0]), int(trace.split("-")[1]) + 1)
     cuda = torch.cuda.is_available()
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -156,16 +215,20 @@ def main() -> None:
     timer.wrap(guided_module, "apply_token_bitmask", "guided_bitmask.apply")
     timer.wrap(engine, "_check_finished", "take_pending.check_finished")
     gc.callbacks.append(timer.on_gc)
+    gaps = None
+    if cuda:
+        gaps = DeviceGaps()
+        gaps.wrap(engine.runner, engine)  # outermost: its events bracket the timed phases
     result = {"model": f"Llama-3-8B shape, {num_layers} layers" + (", 64 wide" if tiny else ""),
               "device": torch.cuda.get_device_name() if cuda else "cpu", "torch_threads": torch.get_num_threads(),
               "cpu_count": os.cpu_count(), "tokenizer": "synthetic byte pairs" if tokenizer is None else str(tokenizer)}
-    result["guided"] = run(engine, requests, guided, timer, sync, range(100, 110))
+    result["guided"] = run(engine, requests, guided, timer, sync, trace_steps, gaps)
     grammars = {id(g): g for g in (engine.guided.submit(p.guided).result() for p in guided)}.values()
     result["guided"]["states_built"] = sum(len(g._masks) for g in grammars)
     unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind="final_only")
                 for n in result["guided"]["lengths"]]
     engine.kv_cache.reset_prefix_cache()
-    result["unguided"] = run(engine, requests, unguided, timer, sync, range(100, 110))
+    result["unguided"] = run(engine, requests, unguided, timer, sync, trace_steps, gaps)
     result["ratio"] = round(result["guided"]["tokens_per_s"] / result["unguided"]["tokens_per_s"], 3)
     engine.close()
     for key in ("guided", "unguided"):
@@ -173,7 +236,7 @@ def main() -> None:
     traces = {key: result[key].pop("trace", "") for key in ("guided", "unguided")}
     print(json.dumps(result, indent=1), flush=True)
     for key, trace in traces.items():
-        print(f"{key} steps 100-109:\n{trace}", flush=True)
+        print(f"{key} steps {trace_steps.start}-{trace_steps.stop - 1}:\n{trace}", flush=True)
     (out / "profile_guided.json").write_text(json.dumps(result, indent=1))
 
 

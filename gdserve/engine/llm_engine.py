@@ -75,6 +75,8 @@ class LLMEngine:
                                   self.device, self.dtype)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
+        if self.device.type == "cuda":
+            self.runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()

@@ -11,6 +11,12 @@ from gdserve.models.config import ModelConfig
 from gdserve.utils import to_device
 
 
+def gemm_warm_up_rows(max_rows: int) -> list[int]:
+    """Row counts a GEMM warm-up runs: each up to 2048, where cuBLAS changes kernels every few
+    rows (50-160 kernels per weight shape of Llama-3-8B on an H200), then every 64th and max_rows."""
+    return sorted({*range(1, min(max_rows, 2048) + 1), *range(2048, max_rows + 1, 64), max_rows})
+
+
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     elem = torch.tensor([], dtype=dtype).element_size()
     return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
@@ -37,6 +43,47 @@ class ModelRunner:
             return
         self.cuda_graphs = CudaGraphRunner(self.model, max_num_seqs, max_model_len, self.block_size, self.device)
         self.cuda_graphs.capture()
+
+    @torch.inference_mode()
+    def warm_up(self, max_num_seqs: int, max_num_tokens: int) -> None:
+        """Launch, once before serving, every kernel a step can launch: a forward at the smallest
+        and the largest step (a decode row beside a prefill chunk, as a mixed step), each linear
+        layer's GEMM at every row count a step can give it, and the logits at every sampled-row
+        count. cuBLAS loads a GEMM kernel on its first launch, and that launch waits for the
+        device's queue to drain (on an H200: ~155 ms in each prefill step of a first run, the
+        LM head's row count new each time); mid-run that throws away the host's lead over the
+        device. Writes only into KV blocks nobody holds yet."""
+        limit = max(1, min(max_num_tokens, self.kv_cache.shape[2] * self.block_size - self.block_size))
+        hidden = None
+        for num_tokens in sorted({1, limit}):
+            hidden = self._dummy_forward(num_tokens)
+        rows = gemm_warm_up_rows(max_num_tokens)
+        for layer in self._distinct_linears():
+            x = hidden.new_zeros(rows[-1], layer.in_features)
+            for num_rows in rows:
+                layer(x[:num_rows])
+        hidden = hidden.new_zeros(max_num_seqs, hidden.shape[-1])
+        for num_rows in range(1, max_num_seqs + 1):
+            self.model.compute_logits(hidden[:num_rows])
+
+    def _dummy_forward(self, num_tokens: int) -> torch.Tensor:
+        """A forward over one decode row and a prefill chunk of num_tokens - 1, on blocks 0.."""
+        chunk = num_tokens - 1
+        tables = [[0]] + ([list(range(1, 1 + -(-chunk // self.block_size)))] if chunk else [])
+        positions, meta = AttentionMetadata.build(tables, [0] * len(tables), [1, chunk][:len(tables)],
+                                                  self.block_size, self.device)
+        return self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
+
+    def _distinct_linears(self) -> list[torch.nn.Linear]:
+        """One linear layer of each GEMM shape the forward runs (the LM head apart: compute_logits
+        takes at most max_num_seqs rows)."""
+        head = getattr(self.model, "lm_head", None)
+        layers = {}
+        for layer in self.model.modules():
+            if isinstance(layer, torch.nn.Linear) and layer is not head:
+                key = (layer.in_features, layer.out_features, layer.bias is not None, layer.weight.dtype)
+                layers.setdefault(key, layer)
+        return list(layers.values())
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gdserve import LLM, SamplingParams
-from gdserve.engine.model_runner import kv_cache_bytes_per_block
+from gdserve.engine.model_runner import gemm_warm_up_rows, kv_cache_bytes_per_block
 from gdserve.models.config import ModelConfig
 
 PROMPTS = [
@@ -97,6 +97,18 @@ def test_tiny_single_prompts_match_hf(tiny_llm, tiny_prompts, tiny_expected):
 def test_tiny_staggered_batch_matches_hf(tiny_llm, tiny_prompts, tiny_expected):
     assert run_staggered(tiny_llm, tiny_prompts, greedy(24)) == tiny_expected
     assert_no_leaks(tiny_llm)
+
+
+def test_warm_up_leaves_outputs_unchanged(tiny_llama_dir, tiny_prompts, tiny_expected):
+    rows = gemm_warm_up_rows(8192)
+    assert rows[:2048] == list(range(1, 2049)) and rows[-2:] == [8128, 8192] and len(rows) == 2048 + 96
+    assert gemm_warm_up_rows(100) == list(range(1, 101))
+    assert gemm_warm_up_rows(2100) == [*range(1, 2049), 2100]
+    llm = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=64, kv_cache_memory=1 << 16,
+              block_size=4)
+    llm.engine.runner.warm_up(max_num_seqs=8, max_num_tokens=2200)  # past the cache: its forward is capped
+    assert run_staggered(llm, tiny_prompts, greedy(24)) == tiny_expected
+    assert_no_leaks(llm)
 
 
 def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_expected):
