@@ -132,9 +132,7 @@ class Grammar:
         if dist is None:
             if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
                 del self._next_distances[next(iter(self._next_distances))]
-            found = np.minimum(self.index.next_distances(state)[:self.vocab_size], np.iinfo(np.int32).max)
-            dist = np.pad(found.astype(np.int32), (0, self.vocab_size - len(found)),
-                          constant_values=-1)  # ids past the tokenizer
+            dist = self.index.next_distances(state, self.vocab_size)  # -1 past the tokenizer
         self._next_distances[state] = dist  # now the most recently used
         return dist
 

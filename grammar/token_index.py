@@ -53,6 +53,8 @@ def mask_library() -> ctypes.CDLL | None:
         lib.walk_token_subtrees.restype = ctypes.c_int64
         lib.find_loops.argtypes = [p, i32, i32, p, p, p, i32, i32, i32, i32, i32, i32, i32, p, p, p, p]
         lib.find_loops.restype = i32
+        lib.token_distances.argtypes = [p, i32, p, i32, p, p, i32, p, p]
+        lib.token_distances.restype = None
     return lib
 
 
@@ -354,7 +356,7 @@ class TokenIndex:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("_loops", "_based", "_tables", "_static_args", "_class_bytes_ptr", "_scratch",
-                             "_loop_scratch", "_distance_or_dead")}
+                             "_loop_scratch", "_distance_or_dead", "_node_state_scratch")}
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -544,34 +546,47 @@ class TokenIndex:
         out[has] = node_state[self.trie.token_node[has]]
         return out
 
-    def next_distances(self, state: int) -> np.ndarray:
-        """int64 [V]: each token's distance to completion (dfa.distance) after it from `state`;
-        -1 where not allowed. The walk skips the base row's subtrees (a string's characters: most
-        of the vocabulary), whose tokens' distances follow from their lengths alone."""
+    def next_distances(self, state: int, size: int | None = None) -> np.ndarray:
+        """int32 [size] (default: the trie's tokens): each token's distance to completion
+        (dfa.distance, INT32_MAX where out of reach) after it from `state`; -1 where not allowed
+        and for ids past the trie. The walk skips the base row's subtrees (a string's characters:
+        most of the vocabulary), whose tokens' distances follow from their lengths alone."""
+        size = self.trie.size if size is None else size
+        out = np.full(size, -1, dtype=np.int32)
+        n = min(size, self.trie.size)
         lib = mask_library()
         if lib is None:
-            nxt = self.next_states(state)
-            return np.where(nxt != self.dfa.dead, self.dfa.distance[nxt], -1)
+            nxt = self.next_states(state)[:n]
+            out[:n] = np.where(nxt != self.dfa.dead, self._distance_or_dead[nxt], -1)
+            return out
         loops = self.loops(state)
-        node_state = np.full(len(self.trie.byte) + 1, self.dfa.dead, dtype=np.int32)  # + tokens without bytes
+        node_state = self._node_state_scratch
+        node_state.fill(self.dfa.dead)  # its last entry stands for the tokens without bytes
         self._walk_native(lib, state, self.trie.size, np.zeros((self.trie.size + 31) // 32, dtype=np.uint32),
                           node_state, loops=loops)
-        dist = self._distance_or_dead.take(node_state.take(self.trie.token_node))  # node -1: the last
+        lengths, most, by_length = None, 0, None
         if loops.base_row is not None:
             byte_set, most = loops.base_row
-            lengths = np.minimum(self.trie.pure_lengths(byte_set), most + 1)
-            by_length = np.full(most + 2, -1, dtype=np.int64)  # after 0..most bytes of the set; then none
+            lengths = self.trie.pure_lengths(byte_set)
+            by_length = np.empty(most + 1, dtype=np.int32)  # the state after 0..most bytes of the set
             trans, x, c = self.dfa.trans, state, int(np.flatnonzero(loops.base_classes)[0])
             for k in range(most + 1):  # one state per k (see Loops)
-                by_length[k], x = x, trans.item(x, c)
-            by_length[:-1] = self.dfa.distance[by_length[:-1]]
-            dist = np.where(lengths <= most, by_length.take(lengths), dist)
-        return dist
+                by_length[k], x = self._distance_or_dead[x], trans.item(x, c)
+        lib.token_distances(_ptr(node_state), len(node_state) - 1, _ptr(self.trie.token_node), n,
+                            _ptr(self._distance_or_dead), None if lengths is None else _ptr(lengths), most,
+                            None if by_length is None else _ptr(by_length), _ptr(out))
+        return out
 
     @cached_property
     def _distance_or_dead(self) -> np.ndarray:
-        """dfa.distance with -1 for the dead state."""
-        return np.where(np.arange(self.dfa.dead + 1) == self.dfa.dead, -1, self.dfa.distance)
+        """int32 dfa.distance, -1 for the dead state, INT32_MAX where completion is out of reach."""
+        clamped = np.minimum(self.dfa.distance, np.iinfo(np.int32).max).astype(np.int32)
+        return np.where(np.arange(self.dfa.dead + 1) == self.dfa.dead, -1, clamped).astype(np.int32)
+
+    @cached_property
+    def _node_state_scratch(self) -> np.ndarray:
+        """next_distances' node states (walks run one at a time), one more for the tokens without a node."""
+        return np.empty(len(self.trie.byte) + 1, dtype=np.int32)
 
     def allowed_tokens(self, state: int) -> np.ndarray:
         """int64 ids of the allowed tokens (any id the trie holds), ascending."""

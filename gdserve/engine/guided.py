@@ -55,6 +55,7 @@ class GuidedDecoder:
         self._service: CompileService | None = None
         self._closed = False
         self._bitmask = allocate_token_bitmask(1, vocab_size)
+        self._indices = torch.empty(1, dtype=torch.int64)
         self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
 
     @property
@@ -81,26 +82,31 @@ class GuidedDecoder:
         rows, words = _next_rows(seqs, guard)
         if not rows:
             return
-        host, device = self._buffers(len(rows), logits.device)
+        num_rows = len(rows)
+        host, device = self._buffers(num_rows, logits.device)
         stack_rows(host, words, self.vocab_size)
-        if device is not None:  # CUDA: into buffers that stay allocated, behind the step's work
-            device[0][:len(rows)].copy_(host, non_blocking=True)
-            device[1][:len(rows)].copy_(torch.as_tensor(rows), non_blocking=True)
-            apply_token_bitmask(logits, device[0][:len(rows)], device[1][:len(rows)])
+        indices = self._indices[:num_rows]
+        indices.numpy()[:] = rows
+        if device is not None:  # CUDA: pinned to buffers that stay allocated, behind the step's work
+            device[0][:num_rows].copy_(host, non_blocking=True)
+            device[1][:num_rows].copy_(indices, non_blocking=True)
+            apply_token_bitmask(logits, device[0][:num_rows], device[1][:num_rows])
         else:
-            apply_token_bitmask(logits, host, torch.as_tensor(rows))
+            apply_token_bitmask(logits, host, indices)
 
     def _buffers(self, num_rows: int, device: torch.device) -> tuple[torch.Tensor, tuple | None]:
-        """The step's host rows (pinned on CUDA) and, on CUDA, the device's bitmask and row
-        indices, allocated once and grown by doubling (no allocation per step). The copies are
-        async; the next fill comes after the engine has waited for this step's sampled tokens."""
+        """The step's host rows and row indices (self._indices), pinned on CUDA, and on CUDA the
+        device's bitmask and row indices, allocated once and grown by doubling (no allocation per
+        step). The copies are async; the next fill comes after the engine has waited for this
+        step's sampled tokens."""
         cuda = device.type == "cuda"
         if self._bitmask.shape[0] < num_rows or cuda != self._bitmask.is_pinned():
             size = max(num_rows, 2 * self._bitmask.shape[0])
             self._bitmask = allocate_token_bitmask(size, self.vocab_size)
+            self._indices = torch.empty(size, dtype=torch.int64)
             self._device = None
             if cuda:
-                self._bitmask = self._bitmask.pin_memory()
+                self._bitmask, self._indices = self._bitmask.pin_memory(), self._indices.pin_memory()
                 self._device = (torch.empty_like(self._bitmask, device=device),
                                 torch.empty(size, dtype=torch.int64, device=device))
         return self._bitmask[:num_rows], self._device

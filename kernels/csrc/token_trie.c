@@ -283,3 +283,21 @@ int32_t find_loops(const int32_t *trans, int32_t n_classes, int32_t dead, const 
     base_row(trans, n_classes, dead, byte_class, accept, split, state, kept, out, out_limit, out_set, max_run, out_base);
     return kept;
 }
+
+/* Each token's distance to completion after it (grammar/token_index.py's next_distances):
+   out[t] = distance[node_state[token_node[t]]] for t < n_tokens, a token without a node reading
+   node_state[n_nodes] (the dead state's, -1); where lengths is not NULL, a token whose bytes
+   all lie in the base row's set (lengths[t] <= most) takes by_length[lengths[t]] instead: the
+   walk skipped its node, and its end follows from its length. */
+void token_distances(const int32_t *node_state, int32_t n_nodes, const int32_t *token_node, int32_t n_tokens,
+                     const int32_t *distance, const int32_t *lengths, int32_t most, const int32_t *by_length,
+                     int32_t *out) {
+    for (int32_t t = 0; t < n_tokens; t++) {
+        if (lengths && lengths[t] <= most) {
+            out[t] = by_length[lengths[t]];
+            continue;
+        }
+        int32_t node = token_node[t];
+        out[t] = distance[node_state[node < 0 ? n_nodes : node]];
+    }
+}
