@@ -22,12 +22,14 @@ def _timed_generate(llm, prompts: list[dict], params: list) -> tuple[dict, list]
 
 
 def _warm_llm(model: str, engine_args: dict, prompts: list[dict]):
-    """The engine, loaded and run once, with the garbage collector settled as the server
-    settles it once its engine has loaded."""
+    """The engine, loaded and run once (its prefix cache then emptied: the first timed run would
+    find that prompt cached), with the garbage collector settled as the server settles it once
+    its engine has loaded."""
     from gdserve import LLM, SamplingParams
     from gdserve.utils import settle_gc
     llm = LLM(model, **engine_args)
     llm.generate(prompts[:1], SamplingParams(max_tokens=2))
+    llm.engine.kv_cache.reset_prefix_cache()
     settle_gc()
     return llm
 
