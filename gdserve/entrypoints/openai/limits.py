@@ -1,10 +1,19 @@
 """What one request may ask for. Past a limit the answer is a 4xx whose message names the limit:
 413 for the body (middleware.BodyLimitMiddleware), 400 for the rest."""
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gdserve.entrypoints.openai.errors import bad_request
-from gdserve.entrypoints.openai.protocol import SamplingRequest
 from gdserve.grammar import GrammarError
+
+if TYPE_CHECKING:
+    from gdserve.entrypoints.openai.protocol import SamplingRequest
+
+
+def bad_request(message: str, param: str):
+    """errors.bad_request, imported here on first use: the CLI reads RequestLimits' defaults, and
+    `gdserve bench ...` must load where the server's dependencies (fastapi, pydantic) are absent."""
+    from gdserve.entrypoints.openai.errors import bad_request
+    return bad_request(message, param)
 
 
 @dataclass(frozen=True)
@@ -19,7 +28,7 @@ class RequestLimits:
     max_schema_values: int = 50_000
     max_inputs: int = 2048            # prompts in one completions request, inputs in one embeddings request (OpenAI's cap)
 
-    def check_sampling(self, request: SamplingRequest) -> None:
+    def check_sampling(self, request: "SamplingRequest") -> None:
         """A 400 for n or stop sequences past the limits."""
         if request.n > self.max_n:
             raise bad_request(f"n must be <= {self.max_n} (this server's --max-n), got {request.n}", "n")

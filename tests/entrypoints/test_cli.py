@@ -1,0 +1,27 @@
+"""The CLI where only the engine's dependencies are installed (a GPU image with torch and
+transformers alone): `gdserve bench ...` and the help of every command still load."""
+import subprocess
+import sys
+
+import pytest
+
+# Runs the CLI with the server's (and the GGUF loader's) packages made unimportable.
+BLOCKED = """
+import importlib.abc, sys
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {"fastapi", "starlette", "uvicorn", "pydantic", "prometheus_client", "gguf"}:
+            raise ImportError(f"{name} is not installed")
+sys.meta_path.insert(0, Blocker())
+from gdserve.entrypoints.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("command", [["bench", "throughput", "--help"], ["bench", "maskbench", "--help"],
+                                     ["bench", "grammar", "--help"], ["bench", "serve", "--help"],
+                                     ["serve", "--help"], ["generate", "--help"]])
+def test_commands_load_without_the_server_dependencies(command):
+    done = subprocess.run([sys.executable, "-c", BLOCKED, *command], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: gdserve" in done.stdout
