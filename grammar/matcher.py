@@ -127,15 +127,12 @@ class Grammar:
         """int32 [vocab_size]: each real token's distance to completion after it from `state`
         (-1: not allowed; INT32_MAX: allowed, but completion is out of reach). Cached for the
         states most recently used near their budget (least recently used out first): the
-        sequences of one schema meet the same few (an unbounded string's) step after step. The
-        evicted entry's array takes the new one (read the result before the next call): arrays
-        allocated and freed all run long fragment the CPU heap the forward's temporaries share."""
+        sequences of one schema meet the same few (an unbounded string's) step after step."""
         dist = self._next_distances.pop(state, None)
         if dist is None:
-            reuse = None  # the least recently used entry's array: no allocation once the cache is full
             if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
-                reuse = self._next_distances.pop(next(iter(self._next_distances)))
-            dist = self.index.next_distances(state, self.vocab_size, reuse)  # -1 past the tokenizer
+                del self._next_distances[next(iter(self._next_distances))]
+            dist = self.index.next_distances(state, self.vocab_size)  # -1 past the tokenizer
         self._next_distances[state] = dist  # now the most recently used
         return dist
 

@@ -546,16 +546,13 @@ class TokenIndex:
         out[has] = node_state[self.trie.token_node[has]]
         return out
 
-    def next_distances(self, state: int, size: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    def next_distances(self, state: int, size: int | None = None) -> np.ndarray:
         """int32 [size] (default: the trie's tokens): each token's distance to completion
         (dfa.distance, INT32_MAX where out of reach) after it from `state`; -1 where not allowed
         and for ids past the trie. The walk skips the base row's subtrees (a string's characters:
-        most of the vocabulary), whose tokens' distances follow from their lengths alone. out: an
-        int32 [size] array to write into (a cache's evicted entry) instead of a new one."""
+        most of the vocabulary), whose tokens' distances follow from their lengths alone."""
         size = self.trie.size if size is None else size
-        if out is None:
-            out = np.empty(size, dtype=np.int32)
-        out.fill(-1)
+        out = np.full(size, -1, dtype=np.int32)
         n = min(size, self.trie.size)
         lib = mask_library()
         if lib is None:
