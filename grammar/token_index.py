@@ -580,8 +580,9 @@ class TokenIndex:
     @cached_property
     def _distance_or_dead(self) -> np.ndarray:
         """int32 dfa.distance, -1 for the dead state, INT32_MAX where completion is out of reach."""
-        clamped = np.minimum(self.dfa.distance, np.iinfo(np.int32).max).astype(np.int32)
-        return np.where(np.arange(self.dfa.dead + 1) == self.dfa.dead, -1, clamped).astype(np.int32)
+        out = np.minimum(self.dfa.distance, np.iinfo(np.int32).max).astype(np.int32)
+        out[self.dfa.dead] = -1
+        return out
 
     @cached_property
     def _node_state_scratch(self) -> np.ndarray:
