@@ -15,6 +15,9 @@ class EngineConfig:
     tokenizer: str | None = None          # defaults to the model's own
     dtype: str = "auto"                   # auto: bfloat16 on CUDA and on CPUs with native bf16, else float32
     device: str = "auto"                  # auto: cuda when available
+    # auto: the model's dtype. fp8 (= fp8_e4m3) / fp8_e5m2 store K and V in 8 bits (scale 1.0,
+    # saturating): twice the blocks, half the bytes each decode step reads
+    kv_cache_dtype: str = "auto"
     load_format: str = "auto"             # "dummy": random weights of the model's shapes
     max_model_len: int | None = None      # defaults to the model's max_position_embeddings
     max_num_seqs: int = 256
@@ -46,6 +49,8 @@ class EngineConfig:
         _check(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", "must be >= 1")
         _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
                f"must be 'auto' or one of {sorted(_DTYPES)}")
+        _check(self.kv_cache_dtype in _KV_CACHE_DTYPES or self.kv_cache_dtype == "auto", "kv_cache_dtype",
+               f"must be 'auto' or one of {sorted(_KV_CACHE_DTYPES)}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
@@ -70,6 +75,9 @@ class EngineConfig:
             return torch.bfloat16 if native_bf16 else torch.float32
         return _DTYPES[self.dtype]
 
+    def torch_kv_cache_dtype(self) -> torch.dtype:
+        return self.torch_dtype() if self.kv_cache_dtype == "auto" else _KV_CACHE_DTYPES[self.kv_cache_dtype]
+
 
 @cache
 def cpu_has_native_bf16() -> bool:
@@ -84,6 +92,8 @@ def cpu_has_native_bf16() -> bool:
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
            "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+_KV_CACHE_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 def _check(ok: bool, name: str, message: str) -> None:

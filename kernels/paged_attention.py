@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from gdserve.kernels import native
+from gdserve.kernels.kv_cache import is_fp8
 from gdserve.kernels.triton import use_triton
 
 _DECODE_GROUP = 16
@@ -22,6 +23,7 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> 
     return blocks.flatten(0, 1)[:seq_len]                      # [L, KVH, D]
 
 
+
 def _decode_attention_padded(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
     """All rows are single-token decodes: one padded, masked SDPA for the whole batch."""
     num_seqs, num_heads, head_dim = q.shape
@@ -29,8 +31,9 @@ def _decode_attention_padded(q, k_cache, v_cache, block_tables, seq_lens, max_le
     num_blocks = (max_len + block_size - 1) // block_size
     blocks = block_tables[:, :num_blocks].flatten()
     padded_len = num_blocks * block_size
-    k = k_cache.index_select(0, blocks).view(num_seqs, padded_len, num_kv_heads, head_dim)
-    v = v_cache.index_select(0, blocks).view(num_seqs, padded_len, num_kv_heads, head_dim)
+    # .to: an fp8 cache's values widen to the queries' type (a no-op for a cache of that type)
+    k = k_cache.index_select(0, blocks).to(q.dtype).view(num_seqs, padded_len, num_kv_heads, head_dim)
+    v = v_cache.index_select(0, blocks).to(q.dtype).view(num_seqs, padded_len, num_kv_heads, head_dim)
     # The G query heads sharing a KV head take the place of the query length: no repeat of K/V.
     q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)   # [S, KVH, G, D]
     valid = torch.arange(padded_len, device=q.device)[None, :] < seq_lens[:, None]
@@ -66,8 +69,8 @@ def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     return out
 
 
-def native_decode_available(q: torch.Tensor) -> bool:
-    return native.kernel("paged_decode_attention", q) is not None
+def native_decode_available(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    return k_cache.dtype == q.dtype and native.kernel("paged_decode_attention", q) is not None
 
 
 def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -92,7 +95,7 @@ def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 def _triton_ok(query: torch.Tensor, k_cache: torch.Tensor) -> bool:
     head_dim = query.shape[-1]
     return use_triton(query, "paged_attention") and head_dim >= 16 and head_dim & (head_dim - 1) == 0 and \
-        k_cache.dtype == query.dtype and k_cache.stride(3) == 1
+        (k_cache.dtype == query.dtype or is_fp8(k_cache.dtype)) and k_cache.stride(3) == 1
 
 
 def paged_attention_triton(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -131,7 +134,7 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     out = torch.empty_like(query)
     if num_decodes:
         q, tables, lens = query[:num_decodes], block_tables[:num_decodes], seq_lens_tensor[:num_decodes]
-        if native_decode_available(q):
+        if native_decode_available(q, k_cache):
             out[:num_decodes] = decode_attention_native(q, k_cache, v_cache, tables, lens, scale)
         else:
             out[:num_decodes] = decode_attention_reference(q, k_cache, v_cache, tables, lens,
@@ -139,8 +142,8 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     start = num_decodes
     for i in range(num_decodes, len(query_lens)):
         q_len, s_len = query_lens[i], seq_lens[i]
-        k = _gather_kv(k_cache, block_tables[i], s_len)
-        v = _gather_kv(v_cache, block_tables[i], s_len)
+        k = _gather_kv(k_cache, block_tables[i], s_len).to(query.dtype)
+        v = _gather_kv(v_cache, block_tables[i], s_len).to(query.dtype)
         out[start:start + q_len] = _chunk_attention(query[start:start + q_len], k, v, scale)
         start += q_len
     return out

@@ -90,15 +90,16 @@ def copy_bandwidth_gbs() -> float:
 
 
 def decode_case(batch: int, context: int, num_heads: int = 32, num_kv_heads: int = 8, head_dim: int = 128,
-                block_size: int = 16):
-    """Random bf16 inputs; each sequence's blocks scattered over the cache."""
+                block_size: int = 16, kv_dtype=None):
+    """Random bf16 queries and caches (kv_dtype: the caches' type, bf16 if None); each sequence's
+    blocks scattered over the cache."""
     import torch
     blocks_per_seq = context // block_size
     num_blocks = batch * blocks_per_seq + 7
     gen = torch.Generator(device="cuda").manual_seed(0)
     k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, device="cuda", generator=gen,
-                          dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
+                          dtype=torch.bfloat16).to(kv_dtype or torch.bfloat16)
+    v_cache = torch.randn(k_cache.shape, device="cuda", generator=gen, dtype=torch.bfloat16).to(k_cache.dtype)
     tables = torch.randperm(num_blocks, device="cuda", generator=gen)[:batch * blocks_per_seq]
     tables = tables.view(batch, blocks_per_seq).to(torch.int32)
     q = torch.randn(batch, num_heads, head_dim, device="cuda", generator=gen, dtype=torch.bfloat16)
@@ -136,7 +137,33 @@ def bench_decode(copy_gbs: float) -> dict:
     results["target_met"] = results["default_fraction_of_copy"] >= 0.70
     results["long_context"] = bench_split_k()
     results["ragged"] = bench_ragged(copy_gbs)
+    results["fp8"] = bench_decode_fp8(copy_gbs, default_ms)
     return results
+
+
+def bench_decode_fp8(copy_gbs: float, bf16_ms: float) -> dict:
+    """The same decode with an fp8 (e4m3) cache: half the bytes; tiles swept as for bf16."""
+    import torch
+    from gdserve.kernels.paged_attention import decode_attention_reference
+    from gdserve.kernels.triton.paged_attention import decode_attention_triton
+    batch, context = 256, 1024
+    q, k_cache, v_cache, tables, lens, kv_bytes = decode_case(batch, context, kv_dtype=torch.float8_e4m3fn)
+    scale = 128 ** -0.5
+    ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch, scale)
+    configs = []
+    for block_n in (64, 128):
+        for num_warps in (4, 8):
+            for num_stages in (2, 4):
+                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+                run = lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **cfg)
+                err = (run().float() - ref.float()).abs().max().item()
+                ms = median_ms(run)
+                configs.append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1), "max_abs_err": err})
+    ms = median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale))
+    return {"kv_bytes": kv_bytes, "default_ms": round(ms, 4), "default_gbs": round(kv_bytes / ms / 1e6, 1),
+            "default_fraction_of_copy": round(kv_bytes / ms / 1e6 / copy_gbs, 3),
+            "speedup_over_bf16": round(bf16_ms / ms, 2), "best": min(configs, key=lambda c: c["ms"]),
+            "configs": configs}
 
 
 def bench_ragged(copy_gbs: float) -> dict:
@@ -295,14 +322,15 @@ def make_prompts(n: int = 16, vocab: int = 49152) -> list[list[int]]:
     return prompts
 
 
-def hf_model_from(ours, hf_config, dtype=None):
+def hf_model_from(ours, hf_config, dtype=None, attention: str = "sdpa"):
     """transformers' Llama with our engine's weights (each HF tensor read off its slice of ours),
     in dtype (default: ours). Built as from_pretrained builds it: the rotary inv_freq stays float32
     (a model cast with .to(bfloat16) rounds it, and its rotations drift with the position)."""
     import torch
     from transformers import AutoModelForCausalLM
     with torch.device(DEVICE):
-        hf = AutoModelForCausalLM.from_config(hf_config, dtype=dtype or ours.lm_head.weight.dtype).eval()
+        hf = AutoModelForCausalLM.from_config(hf_config, dtype=dtype or ours.lm_head.weight.dtype,
+                                              attn_implementation=attention).eval()
     state = {name: ours._target(name).detach() for name in hf.state_dict() if not name.endswith("inv_freq")}
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and all(name.endswith("inv_freq") for name in missing), (missing, unexpected)
@@ -338,23 +366,29 @@ def hf_first_logprobs(hf, prompt: list[int]):
 
 
 def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, dtype: str = "bfloat16",
-                 max_num_batched_tokens: int = 512) -> dict:
+                 max_num_batched_tokens: int = 512, kv_cache_dtype: str = "auto") -> dict:
     """Greedy tokens against HF on the same weights, and the first token's logprob (computed by
     the prefill, chunked when max_num_batched_tokens is small) against HF's: the second is a
-    numeric check that near-ties in random-weight logits cannot blur."""
+    numeric check that near-ties in random-weight logits cannot blur. With an fp8 cache, HF's
+    attention sees K and V rounded as the cache stores them."""
     import torch
     from transformers import AutoConfig
     from gdserve import LLM, SamplingParams
+    from gdserve.config import EngineConfig
+    from tests.helpers import rounded_kv_attention
     with tempfile.TemporaryDirectory() as tmp:
         save_model_dir(Path(tmp), num_layers)
         llm = LLM(tmp, load_format="dummy", dtype=dtype, gpu_memory_utilization=0.5,
-                  max_num_batched_tokens=max_num_batched_tokens)
+                  max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype)
         prompts = make_prompts()
         start = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                             SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True, logprobs=0))
         engine_s = time.perf_counter() - start
-        hf = hf_model_from(llm.engine.model, AutoConfig.from_pretrained(tmp))
+        attention = "sdpa"
+        if kv_cache_dtype != "auto":
+            attention = rounded_kv_attention(EngineConfig(kv_cache_dtype=kv_cache_dtype).torch_kv_cache_dtype())
+        hf = hf_model_from(llm.engine.model, AutoConfig.from_pretrained(tmp), attention=attention)
     ours = [o.outputs[0].token_ids for o in outs]
     first_lp_err = []
     for p, o in zip(prompts, outs):
@@ -363,7 +397,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         ours_lp = entry[token] if isinstance(entry, dict) else entry
         ours_lp = getattr(ours_lp, "logprob", ours_lp)
         first_lp_err.append(abs(float(ours_lp) - float(hf_first_logprobs(hf, p)[token])))
-    if dtype == "bfloat16":  # how far bf16 sits from float32 on these weights, ours and HF's
+    if dtype == "bfloat16" and kv_cache_dtype == "auto":  # how far bf16 sits from float32, ours and HF's
         hf32 = hf_model_from(llm.engine.model, hf.config, torch.float32)
         truth = [hf_first_logprobs(hf32, p) for p in prompts]
         ours_vs_fp32 = [abs(float(getattr(o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]], "logprob",
@@ -382,12 +416,14 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152, {dtype}, dummy weights",
+            "kv_cache_dtype": kv_cache_dtype,
             "max_num_batched_tokens": max_num_batched_tokens,
             "prompts": len(prompts), "tokens_each": steps, "identical_fraction": identical,
             "first_token_logprob_abs_err_max": max(first_lp_err),
             "first_token_logprob_abs_err_mean": sum(first_lp_err) / len(first_lp_err),
             **({"ours_bf16_vs_hf_fp32_first_logprob_err_max": max(ours_vs_fp32),
-                "hf_bf16_vs_hf_fp32_logprob_err_max": max(hf_vs_fp32)} if dtype == "bfloat16" else {}),
+                "hf_bf16_vs_hf_fp32_logprob_err_max": max(hf_vs_fp32)}
+               if dtype == "bfloat16" and kv_cache_dtype == "auto" else {}),
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
             "passed": identical >= 0.95 or near_ties}
 
@@ -410,7 +446,8 @@ def main() -> int:
         results["engine"] = engine_check()
         results["engine_unchunked"] = engine_check(max_num_batched_tokens=8192)
         results["engine_fp32"] = engine_check(dtype="float32")
-        for key in ("engine_unchunked", "engine_fp32"):
+        results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8")
+        for key in ("engine_unchunked", "engine_fp32", "engine_fp8_kv"):
             log(key, json.dumps(results[key], indent=1))
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel
         results["engine"] = {"passed": False, "error": f"{e!r}: put its wheel in build/gpu-wheels"}
@@ -429,10 +466,19 @@ def main() -> int:
                                    f"{case['tokens']} tokens, default {case['default_ms']} ms = "
                                    f"{case['default_tflops']} TFLOP/s; best {case['best']}"))
     log(f"ragged, {bench['ragged']}")
+    fp8 = bench["fp8"]
+    log(f"decode b256 c1024, fp8 e4m3 cache: {fp8['default_ms']} ms, {fp8['default_gbs']} GB/s = "
+        f"{fp8['default_fraction_of_copy']:.0%} of copy, {fp8['speedup_over_bf16']}x the bf16 cache; best {fp8['best']}")
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "
         f"identical {engine.get('identical_fraction')} divergences {engine.get('divergences', engine.get('error'))}")
-    return 0 if results["kernel_tests"]["passed"] and engine["passed"] else 1
+    checks = [results.get(k) for k in ("engine_unchunked", "engine_fp32", "engine_fp8_kv")]
+    for key, check in zip(("unchunked", "float32", "fp8 KV cache"), checks):
+        if check is not None:
+            log(f"engine vs HF greedy, {key}: {'PASS' if check['passed'] else 'FAIL'} "
+                f"identical {check['identical_fraction']}")
+    engines_ok = engine["passed"] and all(c is None or c["passed"] for c in checks)
+    return 0 if results["kernel_tests"]["passed"] and engines_ok else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
+from transformers import AttentionInterface, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from gdserve.kernels.kv_cache import to_cache_dtype
 
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.llama import LlamaForCausalLM
@@ -13,6 +16,19 @@ from gdserve.models.llama import LlamaForCausalLM
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TINY_LLAMA = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+
+
+def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
+    """Register, and name, an HF attention that sees K and V rounded to kv_cache_dtype as an
+    fp8 cache stores them: the reference for an engine with that cache."""
+    name = f"sdpa_kv_{str(kv_cache_dtype).removeprefix('torch.')}"
+
+    def attention(module, query, key, value, *args, **kwargs):
+        key, value = (to_cache_dtype(x, kv_cache_dtype).to(x.dtype) for x in (key, value))
+        return sdpa_attention_forward(module, query, key, value, *args, **kwargs)
+
+    AttentionInterface.register(name, attention)
+    return name
 
 
 @torch.no_grad()

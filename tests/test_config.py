@@ -16,3 +16,12 @@ def test_auto_dtype_follows_the_cpus_bf16_support(monkeypatch):
 def test_bad_dtype_is_named():
     with pytest.raises(ValueError, match="dtype must be 'auto' or one of"):
         EngineConfig(dtype="int4")
+
+
+def test_kv_cache_dtype_defaults_to_the_models_and_takes_fp8():
+    assert EngineConfig(device="cpu", dtype="float32").torch_kv_cache_dtype() == torch.float32
+    assert EngineConfig(device="cpu", kv_cache_dtype="fp8").torch_kv_cache_dtype() == torch.float8_e4m3fn
+    assert EngineConfig(device="cpu", kv_cache_dtype="fp8_e4m3").torch_kv_cache_dtype() == torch.float8_e4m3fn
+    assert EngineConfig(device="cpu", kv_cache_dtype="fp8_e5m2").torch_kv_cache_dtype() == torch.float8_e5m2
+    with pytest.raises(ValueError, match="kv_cache_dtype must be 'auto' or one of"):
+        EngineConfig(kv_cache_dtype="int8")

@@ -109,7 +109,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     config = EngineConfig(model=args.model, **engine_args)
     result = {"command": " ".join(["gdserve"] + sys.argv[1:]), "workload": args.workload,
               "num_requests": len(requests), "model": args.model, "device": str(config.torch_device()),
-              "dtype": str(config.torch_dtype()), "torch_threads": torch.get_num_threads(),
+              "dtype": str(config.torch_dtype()), "kv_cache_dtype": str(config.torch_kv_cache_dtype()),
+              "torch_threads": torch.get_num_threads(),
               "machine": platform.processor() or platform.machine()}
     if "guided" in args.workload:
         print(f"engine, guided then unguided: {len(requests)} requests ...", file=sys.stderr, flush=True)

@@ -64,6 +64,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.device, self.dtype = config.torch_device(), config.torch_dtype()
+        self.kv_cache_dtype = config.torch_kv_cache_dtype()
         torch.manual_seed(config.seed)
         path = resolve_model(config.model)
         self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format)
@@ -72,7 +73,7 @@ class LLMEngine:
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
         self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
-                                  self.device, self.dtype)
+                                  self.device, self.kv_cache_dtype)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         if self.device.type == "cuda":
@@ -408,7 +409,7 @@ class LLMEngine:
         return self.config.max_model_len
 
     def _num_kv_blocks(self) -> int:
-        per_block = kv_cache_bytes_per_block(self.model_config, self.config.block_size, self.dtype)
+        per_block = kv_cache_bytes_per_block(self.model_config, self.config.block_size, self.kv_cache_dtype)
         if self.device.type == "cuda":
             budget = self._profile_cuda_budget()
         else:
@@ -427,7 +428,8 @@ class LLMEngine:
         seq.block_table = list(range(-(-num_tokens // bs)))
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        runner = ModelRunner(self.model, self.model_config, len(seq.block_table), bs, self.device, self.dtype)
+        runner = ModelRunner(self.model, self.model_config, len(seq.block_table), bs, self.device,
+                             self.kv_cache_dtype)
         runner.execute([seq], [num_tokens], [0])
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()

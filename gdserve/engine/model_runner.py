@@ -24,13 +24,13 @@ def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, config: ModelConfig, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype):
+                 device: torch.device, kv_cache_dtype: torch.dtype):
         self.model = model
         self.block_size = block_size
         self.device = device
         shape = (2, config.num_hidden_layers, num_blocks, block_size,
                  config.num_key_value_heads, config.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.kv_cache = torch.zeros(shape, dtype=kv_cache_dtype, device=device)
         attns = [m for m in model.modules() if isinstance(m, Attention)]
         for i, attn in enumerate(attns):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]

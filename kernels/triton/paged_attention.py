@@ -2,6 +2,7 @@
 
 Both read K/V in place from caches laid out [num_blocks, block_size, KVH, D]: a tile of BLOCK_N
 tokens may span several cache blocks, so each token row finds its block through the block table.
+The caches may be fp8 (e4m3 / e5m2, scale 1.0): tiles widen to the queries' type after the load.
 Softmax runs in base 2 with the scale folded into log2(e).
 """
 import torch
@@ -29,16 +30,16 @@ def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache
     """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc).
     MASK=False: every score of the tile is visible (s_mask unused)."""
     k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                      PAGE, HEAD_DIM)
-    s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+                      PAGE, HEAD_DIM).to(q.dtype)  # an fp8 cache widens to the queries' type
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
     if MASK:
         s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
     v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                      PAGE, HEAD_DIM)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+                      PAGE, HEAD_DIM).to(q.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 

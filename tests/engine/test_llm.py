@@ -7,6 +7,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from gdserve import LLM, SamplingParams
 from gdserve.engine.model_runner import gemm_warm_up_rows, kv_cache_bytes_per_block
 from gdserve.models.config import ModelConfig
+from tests.helpers import rounded_kv_attention
 
 PROMPTS = [
     "The capital of France is",
@@ -28,8 +29,11 @@ PROMPTS = [
 ]
 
 
-def hf_greedy(model_dir, prompt_ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+def hf_greedy(model_dir, prompt_ids: list[list[int]], max_new_tokens: int,
+              kv_cache_dtype: torch.dtype | None = None) -> list[list[int]]:
+    """HF's greedy tokens in float32; with kv_cache_dtype, attention sees K and V rounded to it."""
+    attention = "sdpa" if kv_cache_dtype is None else rounded_kv_attention(kv_cache_dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attention).eval()
     outs = []
     for ids in prompt_ids:
         with torch.inference_mode():
@@ -122,6 +126,21 @@ def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_e
     assert [o.outputs[0].token_ids for o in outs] == tiny_expected
     assert small.engine.scheduler.num_preemptions > 0
     assert_no_leaks(small)
+
+
+@pytest.mark.parametrize("kv_cache_dtype,torch_dtype", [("fp8", torch.float8_e4m3fn),
+                                                         ("fp8_e5m2", torch.float8_e5m2)])
+def test_fp8_kv_cache_matches_hf_with_rounded_kv(tiny_llama_dir, tiny_prompts, kv_cache_dtype, torch_dtype):
+    """An fp8 cache holds 4x the float32 blocks in the same memory, and its greedy tokens are HF's
+    with K and V rounded to the same format, through preemptions and a staggered batch."""
+    per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
+                                         4, torch.float32)
+    llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_dtype=kv_cache_dtype, max_num_batched_tokens=64,
+              kv_cache_memory=4 * per_block, block_size=4, max_model_len=64)
+    assert llm.engine.kv_cache.num_blocks == 16
+    assert run_staggered(llm, tiny_prompts, greedy(24)) == hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch_dtype)
+    assert llm.engine.scheduler.num_preemptions > 0
+    assert_no_leaks(llm)
 
 
 def test_prefix_cache_hit_same_output_fewer_computed_tokens(tiny_llm, tiny_prompts):

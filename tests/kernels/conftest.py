@@ -27,6 +27,32 @@ def _patch_interpreter_for_numpy_2_4() -> None:
     interpreter._patch_lang_tensor = fixed
 
 
+def _patch_interpreter_fp8_downcast() -> None:
+    """The interpreter's float downcast drops the carry when rounding overflows the mantissa
+    (31.7 -> fp8e4nv gives 16, not 32) and rounds ties away from zero (triton-lang/triton#8322;
+    fixed upstream by #11897, not in a release yet). The GPU converts with the hardware's
+    round-to-nearest-even; convert to fp8 here with torch, which does the same."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    convert = interpreter._convert_float
+    if getattr(convert, "_gdserve_fixed", False):
+        return
+    fp8 = {"fp8e4nv": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2}
+    wide = {"fp32": (np.int32, torch.float32), "fp16": (np.int16, torch.float16), "bf16": (np.int16, torch.bfloat16)}
+
+    def fixed(input, input_dtype, output_dtype, rounding_mode):
+        if output_dtype.name not in fp8 or input_dtype.name not in wide:
+            return convert(input, input_dtype, output_dtype, rounding_mode)
+        bits, dtype = wide[input_dtype.name]
+        values = torch.from_numpy(np.frombuffer(input.tobytes(), dtype=bits).copy()).view(dtype)
+        return values.to(fp8[output_dtype.name]).view(torch.uint8).numpy().reshape(input.shape)
+
+    fixed._gdserve_fixed = True
+    interpreter._convert_float = fixed
+
+
 if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     _patch_interpreter_for_numpy_2_4()
+    _patch_interpreter_fp8_downcast()

@@ -65,6 +65,26 @@ def test_mixed_batch_matches_naive(num_heads, num_kv_heads, head_dim):
         start += q_len
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_cache_matches_naive_on_its_values(kv_dtype, dtype):
+    """An fp8 cache (on the CPU the reference widens what it gathers) against naive attention
+    over the same rounded K/V."""
+    query_lens, seq_lens = [1, 1, 9, 4], [3, 40, 9, 21]
+    q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, 8, 2, 32, 8, seed=3)
+    k_cache, v_cache = k_cache.to(kv_dtype), v_cache.to(kv_dtype)  # randn: inside both ranges
+    q = q.to(dtype)
+    out = paged_attention(q, k_cache, v_cache, tables, torch.tensor(seq_lens), query_lens, seq_lens, 2, 0.2)
+    assert out.dtype == dtype
+    start = 0
+    for q_len, (k, v) in zip(query_lens, dense):
+        k, v = k.to(kv_dtype).to(dtype), v.to(kv_dtype).to(dtype)
+        expected = naive_attention(q[start:start + q_len].float(), k.float(), v.float(), 0.2)
+        tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(out[start:start + q_len].float(), expected, **tol)
+        start += q_len
+
+
 def test_decode_only_and_prefill_only_batches():
     for query_lens, seq_lens, num_decodes in [([1, 1, 1], [5, 40, 16], 3), ([12, 3], [12, 30], 0)]:
         q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, 6, 2, 32, 16, seed=1)
@@ -77,15 +97,18 @@ def test_decode_only_and_prefill_only_batches():
             start += q_len
 
 
-def test_write_kv_cache_places_tokens_at_slots():
-    k_cache = torch.zeros(4, 4, 2, 8)
-    v_cache = torch.zeros(4, 4, 2, 8)
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_write_kv_cache_places_tokens_at_slots(cache_dtype):
+    k_cache = torch.zeros(4, 4, 2, 8, dtype=cache_dtype)
+    v_cache = torch.zeros(4, 4, 2, 8, dtype=cache_dtype)
     key, value = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    key[2, 0, 0] = 1e6  # past fp8 e4m3's range: saturates
     write_kv_cache(key, value, k_cache, v_cache, torch.tensor([13, 2, 7]))
-    torch.testing.assert_close(k_cache[3, 1], key[0])
-    torch.testing.assert_close(v_cache[0, 2], value[1])
-    torch.testing.assert_close(k_cache[1, 3], key[2])
-    assert k_cache.abs().sum(dim=(-1, -2)).count_nonzero() == 3
+    limit = torch.finfo(cache_dtype).max
+    torch.testing.assert_close(k_cache[3, 1], key[0].to(cache_dtype))
+    torch.testing.assert_close(v_cache[0, 2], value[1].to(cache_dtype))
+    torch.testing.assert_close(k_cache[1, 3], key[2].clamp(-limit, limit).to(cache_dtype))
+    assert k_cache.float().abs().sum(dim=(-1, -2)).count_nonzero() == 3
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
@@ -97,7 +120,7 @@ def test_native_decode_matches_reference(dtype, tol, num_heads, num_kv_heads, he
     q, k_cache, v_cache, tables, _ = build_case([1] * len(seq_lens), seq_lens, num_heads, num_kv_heads,
                                                 head_dim, 16, seed=2)
     q, k_cache, v_cache = q.to(dtype), k_cache.to(dtype), v_cache.to(dtype)
-    if not native_decode_available(q):
+    if not native_decode_available(q, k_cache):
         pytest.skip("no C compiler for the native CPU kernels")
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     expected = decode_attention_reference(q, k_cache, v_cache, tables, lens, seq_lens, 0.125)

@@ -29,6 +29,30 @@ def test_tokens_land_at_their_slots(num_kv_heads, head_dim, dtype):
     assert torch.equal(k_cache.cpu(), expected_k) and torch.equal(v_cache.cpu(), expected_v)
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_cache_rounds_and_saturates(cache_dtype, dtype):
+    """Values round to the nearest fp8 (ties may round either way: the interpreter rounds them up)
+    and those past the format's range saturate rather than turn into NaN."""
+    from gdserve.kernels.triton.kv_cache import write_kv_cache_triton
+    num_kv_heads, head_dim, tokens = 2, 64, 7
+    limit = torch.finfo(cache_dtype).max
+    kv = randn(tokens, 2 * num_kv_heads, head_dim, dtype=dtype, scale=30.0)
+    kv[0, 0, :4] = torch.tensor([1e30, -1e30, limit * 1.01, -limit])  # past the range, and at it
+    key, value = kv[:, :num_kv_heads], kv[:, num_kv_heads:]
+    k_cache = torch.zeros(4, 4, num_kv_heads, head_dim, dtype=cache_dtype, device=DEVICE)
+    v_cache = torch.zeros_like(k_cache)
+    slots = torch.tensor([13, 2, 7, 0, 15, 4, 9], device=DEVICE)
+    write_kv_cache_triton(key, value, k_cache, v_cache, slots)
+    expected_k, expected_v = torch.zeros_like(k_cache.cpu()), torch.zeros_like(v_cache.cpu())
+    write_kv_cache(key.cpu(), value.cpu(), expected_k, expected_v, slots.cpu())  # the reference
+    ulp = 2.0 ** -(torch.finfo(cache_dtype).bits - 1 - (4 if cache_dtype == torch.float8_e4m3fn else 5))
+    for got, expected in ((k_cache, expected_k), (v_cache, expected_v)):
+        torch.testing.assert_close(got.float().cpu(), expected.float(), rtol=ulp, atol=0)
+    assert not k_cache.float().isnan().any()
+    assert k_cache[3, 1, 0, :4].float().tolist() == [limit, -limit, limit, -limit]
+
+
 @pytest.mark.skipif(not ON_CUDA, reason="dispatch to Triton needs CUDA tensors")
 def test_public_op_dispatches_on_cuda():
     k_cache = torch.zeros(4, 4, 2, 64, device=DEVICE)

@@ -5,6 +5,7 @@ import random
 import pytest
 import torch
 
+from gdserve.kernels.kv_cache import to_cache_dtype
 from tests.kernels.test_paged_attention import build_case, naive_attention
 from tests.kernels.triton_cases import DEVICE, ON_CUDA, requires_triton
 
@@ -12,18 +13,21 @@ pytestmark = requires_triton
 GQA = [(8, 8), (8, 2), (8, 1)] if not ON_CUDA else [(32, 32), (32, 8), (32, 4)]  # ratios 1, 4, 8
 # The interpreter's tl.dot multiplies bfloat16 as raw uint16 bits: float32 there, bfloat16 on CUDA.
 ATTN_DTYPE = torch.bfloat16 if ON_CUDA else torch.float32
+# The cache's type: the queries' (None), or fp8, which the kernels widen after each load.
+KV_DTYPES = [None, torch.float8_e4m3fn, torch.float8_e5m2]
 
 
-def to_device(q, k_cache, v_cache, tables, dtype):
-    return (q.to(dtype).to(DEVICE), k_cache.to(dtype).to(DEVICE), v_cache.to(dtype).to(DEVICE),
-            tables.to(DEVICE))
+def to_device(q, k_cache, v_cache, tables, dtype, kv_dtype=None):
+    kv_dtype = kv_dtype or dtype
+    return (q.to(dtype).to(DEVICE), to_cache_dtype(k_cache, kv_dtype).to(DEVICE),
+            to_cache_dtype(v_cache, kv_dtype).to(DEVICE), tables.to(DEVICE))
 
 
-def expected_rows(q, dense, query_lens, scale):
+def expected_rows(q, dense, query_lens, scale, kv_dtype=None):
     """naive_attention per sequence, in float32 on the CPU from the same (rounded) inputs."""
     out, start = [], 0
     for q_len, (k, v) in zip(query_lens, dense):
-        k, v = k.to(q.dtype).float(), v.to(q.dtype).float()
+        k, v = (to_cache_dtype(x, kv_dtype or q.dtype).to(q.dtype).float() for x in (k, v))
         out.append(naive_attention(q[start:start + q_len].float().cpu(), k, v, scale))
         start += q_len
     return torch.cat(out)
@@ -44,20 +48,22 @@ def decode_lens(page: int) -> list[int]:
 @pytest.mark.parametrize("num_heads,num_kv_heads", GQA)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("partition", [None, 16])  # auto, and forced splits (several per sequence)
-def test_decode(num_heads, num_kv_heads, head_dim, partition):
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_decode(num_heads, num_kv_heads, head_dim, partition, kv_dtype):
     from gdserve.kernels.triton.paged_attention import decode_attention_triton
     page, dtype = 16, ATTN_DTYPE
     seq_lens = decode_lens(page)
     q, k_cache, v_cache, tables, dense = build_case([1] * len(seq_lens), seq_lens, num_heads, num_kv_heads,
                                                     head_dim, page, seed=head_dim + num_kv_heads)
-    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype)
+    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype, kv_dtype)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     scale = head_dim ** -0.5
     kwargs = {} if ON_CUDA else dict(block_n=16)  # the interpreter: small tiles, more of them
     if partition is not None:
         kwargs["partition_size"] = partition * (16 if ON_CUDA else 1)
     out = decode_attention_triton(q, k_cache, v_cache, tables, lens, max(seq_lens), scale, **kwargs)
-    torch.testing.assert_close(out.float().cpu(), expected_rows(q, dense, [1] * len(seq_lens), scale), **tol(dtype))
+    expected = expected_rows(q, dense, [1] * len(seq_lens), scale, kv_dtype)
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
 
 
 def prefill_case(page: int) -> tuple[list[int], list[int]]:
@@ -70,42 +76,48 @@ def prefill_case(page: int) -> tuple[list[int], list[int]]:
 
 @pytest.mark.parametrize("num_heads,num_kv_heads", GQA)
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_prefill(num_heads, num_kv_heads, head_dim):
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_prefill(num_heads, num_kv_heads, head_dim, kv_dtype):
     from gdserve.kernels.triton.paged_attention import prefill_attention_triton
     page, dtype = 16, ATTN_DTYPE
     query_lens, seq_lens = prefill_case(page)
     q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, num_heads, num_kv_heads, head_dim,
                                                     page, seed=head_dim * num_kv_heads)
-    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype)
+    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype, kv_dtype)
     starts = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32).to(DEVICE)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     scale = head_dim ** -0.5
     blocks = {} if ON_CUDA else dict(block_m=16, block_n=16)
     out = prefill_attention_triton(q, k_cache, v_cache, tables, lens, starts, max(query_lens), scale,
                                    torch.full_like(q, float("nan")), **blocks)
-    torch.testing.assert_close(out.float().cpu(), expected_rows(q, dense, query_lens, scale), **tol(dtype))
+    expected = expected_rows(q, dense, query_lens, scale, kv_dtype)
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
 
 
 @pytest.mark.parametrize("page", [8, 16])
-def test_mixed_batch_through_the_dispatcher(page):
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_mixed_batch_through_the_dispatcher(page, kv_dtype):
     """Decodes then chunks in one flat batch, query_start_loc built by the op when not given."""
     from gdserve.kernels.paged_attention import paged_attention_triton
     dtype = ATTN_DTYPE
     query_lens = [1, 1, 1, 7, 16, 5]
     seq_lens = [1, page + 1, 4 * page + 1, 7, 16, page + 21]
     q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, 8, 2, 64, page, seed=page)
-    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype)
+    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, dtype, kv_dtype)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = paged_attention_triton(q, k_cache, v_cache, tables, lens, query_lens, seq_lens, 3, 0.125)
-    torch.testing.assert_close(out.float().cpu(), expected_rows(q, dense, query_lens, 0.125), **tol(dtype))
+    expected = expected_rows(q, dense, query_lens, 0.125, kv_dtype)
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="dispatch to Triton needs CUDA tensors")
-def test_public_op_dispatches_on_cuda():
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_public_op_dispatches_on_cuda(kv_dtype):
     from gdserve.kernels import paged_attention
     query_lens, seq_lens = [1, 1, 40], [30, 300, 90]
     q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, 32, 8, 128, 16, seed=5)
-    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, torch.bfloat16)
+    q, k_cache, v_cache, tables = to_device(q, k_cache, v_cache, tables, torch.bfloat16, kv_dtype)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = paged_attention(q, k_cache, v_cache, tables, lens, query_lens, seq_lens, 2, 0.1)
-    torch.testing.assert_close(out.float().cpu(), expected_rows(q, dense, query_lens, 0.1), **tol(torch.bfloat16))
+    expected = expected_rows(q, dense, query_lens, 0.1, kv_dtype)
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(torch.bfloat16))
