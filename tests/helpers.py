@@ -4,8 +4,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AttentionInterface, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
 
 from gdserve.kernels.kv_cache import to_cache_dtype
 
@@ -21,6 +20,11 @@ TINY_LLAMA = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hid
 def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
     """Register, and name, an HF attention that sees K and V rounded to kv_cache_dtype as an
     fp8 cache stores them: the reference for an engine with that cache."""
+    # Imported here: they import triton, which must not load before tests/kernels/conftest.py
+    # sets TRITON_INTERPRET (this module is imported at collection).
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     name = f"sdpa_kv_{str(kv_cache_dtype).removeprefix('torch.')}"
 
     def attention(module, query, key, value, *args, **kwargs):

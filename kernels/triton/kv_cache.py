@@ -10,9 +10,9 @@ from gdserve.kernels.kv_cache import is_fp8
 def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
-                     LIMIT: tl.constexpr):
-    """LIMIT: the cache format's largest finite value where it is narrower than the inputs (fp8:
-    saturate, as a plain cast would give NaN past it), else 0."""
+                     SATURATE: tl.constexpr, LIMIT: tl.constexpr):
+    """SATURATE: clamp to +-LIMIT, the cache format's largest finite value, before the cast (fp8:
+    a plain cast would give NaN past it)."""
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     if slot < 0:  # a padded row (-1): nothing to store
@@ -22,7 +22,7 @@ def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
     head, d = n // HEAD_DIM, n % HEAD_DIM
     k = tl.load(key_ptr + token * stride_kt + head * stride_kh + d, mask=mask)
     v = tl.load(value_ptr + token * stride_vt + head * stride_vh + d, mask=mask)
-    if LIMIT:
+    if SATURATE:
         k = tl.clamp(k.to(tl.float32), -LIMIT, LIMIT)
         v = tl.clamp(v.to(tl.float32), -LIMIT, LIMIT)
     dst = slot * (NUM_KV_HEADS * HEAD_DIM) + n
@@ -42,4 +42,4 @@ def write_kv_cache_triton(key: torch.Tensor, value: torch.Tensor, k_cache: torch
         key, value, k_cache, v_cache, slot_mapping, key.stride(0), key.stride(1), value.stride(0),
         value.stride(1), NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
         BLOCK=triton.next_power_of_2(num_kv_heads * head_dim),
-        LIMIT=torch.finfo(k_cache.dtype).max if is_fp8(k_cache.dtype) else 0)
+        SATURATE=is_fp8(k_cache.dtype), LIMIT=torch.finfo(k_cache.dtype).max)

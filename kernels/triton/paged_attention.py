@@ -2,12 +2,16 @@
 
 Both read K/V in place from caches laid out [num_blocks, block_size, KVH, D]: a tile of BLOCK_N
 tokens may span several cache blocks, so each token row finds its block through the block table.
-The caches may be fp8 (e4m3 / e5m2, scale 1.0): tiles widen to the queries' type after the load.
+The caches may be fp8 (e4m3 / e5m2, scale 1.0): the dots then run in float16, to which each tile
+widens after its load in one instruction (to bfloat16 takes three: measured slower on an H200 than
+the bf16 cache it halves), and which holds every fp8 value exactly.
 Softmax runs in base 2 with the scale folded into log2(e).
 """
 import torch
 import triton
 import triton.language as tl
+
+from gdserve.kernels.kv_cache import is_fp8
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] floats
@@ -30,7 +34,7 @@ def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache
     """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc).
     MASK=False: every score of the tile is visible (s_mask unused)."""
     k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                      PAGE, HEAD_DIM).to(q.dtype)  # an fp8 cache widens to the queries' type
+                      PAGE, HEAD_DIM).to(q.dtype)  # an fp8 cache widens to q's (float16)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
     if MASK:
         s = tl.where(s_mask, s, float("-inf"))
@@ -43,6 +47,14 @@ def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 
+@triton.jit
+def _dot_operand(q, FP8_CACHE: tl.constexpr):
+    """The queries in the dots' type: float16 over an fp8 cache (clamped to its range), else as is."""
+    if FP8_CACHE:
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+    return q
+
+
 # Arguments that change from step to step are not specialized on (value 1, divisibility by 16,
 # pointer alignment): each would compile another variant of the kernel, ~1 s each, mid-serving.
 @triton.jit(do_not_specialize=["partition_size", "stride_tab", "max_splits"])
@@ -52,7 +64,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
                    stride_cb, stride_ct, stride_ch, max_splits,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
+                   DOT_PRECISION: tl.constexpr, FP8_CACHE: tl.constexpr):
     """One program: one sequence, one KV head with its GROUP query heads, one split of the context."""
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
@@ -68,6 +80,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+        q = _dot_operand(q, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
         for n0 in range(start, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
@@ -108,7 +121,8 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
                     scale_log2, stride_qt, stride_qh, stride_ot, stride_oh, stride_tab,
                     stride_cb, stride_ct, stride_ch,
                     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    FP8_CACHE: tl.constexpr):
     """One program: BLOCK_M query rows of one chunk and one head. The chunk's rows are the last
     query_len of seq_len positions, so row r sees keys 0 .. seq_len - query_len + r."""
     chunk, tile, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -129,6 +143,7 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        q = _dot_operand(q, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
         end = tl.minimum(seq_len, context + m0 + BLOCK_M)  # the tile's last row sees no further
         # Key tiles wholly at or before the first row's position are visible to every row: no mask.
         # Tile 0 holds key 0, which every row sees: m is finite after it.
@@ -198,7 +213,7 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         *_cache_strides(k_cache, v_cache), splits,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, SPLIT=splits > 1, DOT_PRECISION=_dot_precision(q.dtype),
-        num_warps=num_warps, num_stages=num_stages)
+        FP8_CACHE=is_fp8(k_cache.dtype), num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _reduce_kernel[(num_seqs, num_heads)](
             part_out, part_lse, seq_lens, out, partition_size, splits, out.stride(0), out.stride(1),
@@ -224,5 +239,6 @@ def prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache),
         GROUP=group, HEAD_DIM=head_dim, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION=_dot_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
+        DOT_PRECISION=_dot_precision(q.dtype), FP8_CACHE=is_fp8(k_cache.dtype),
+        num_warps=num_warps, num_stages=num_stages)
     return out

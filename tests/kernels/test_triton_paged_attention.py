@@ -33,8 +33,11 @@ def expected_rows(q, dense, query_lens, scale, kv_dtype=None):
     return torch.cat(out)
 
 
-def tol(dtype):
-    return dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+def tol(dtype, kv_dtype=None):
+    """Over an fp8 cache the dots run in float16, whatever the queries' type."""
+    if dtype == torch.float32 and kv_dtype is None:
+        return dict(atol=2e-5, rtol=1e-4)
+    return dict(atol=2e-3, rtol=2e-3) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
 
 
 def decode_lens(page: int) -> list[int]:
@@ -63,7 +66,7 @@ def test_decode(num_heads, num_kv_heads, head_dim, partition, kv_dtype):
         kwargs["partition_size"] = partition * (16 if ON_CUDA else 1)
     out = decode_attention_triton(q, k_cache, v_cache, tables, lens, max(seq_lens), scale, **kwargs)
     expected = expected_rows(q, dense, [1] * len(seq_lens), scale, kv_dtype)
-    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype, kv_dtype))
 
 
 def prefill_case(page: int) -> tuple[list[int], list[int]]:
@@ -91,7 +94,7 @@ def test_prefill(num_heads, num_kv_heads, head_dim, kv_dtype):
     out = prefill_attention_triton(q, k_cache, v_cache, tables, lens, starts, max(query_lens), scale,
                                    torch.full_like(q, float("nan")), **blocks)
     expected = expected_rows(q, dense, query_lens, scale, kv_dtype)
-    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype, kv_dtype))
 
 
 @pytest.mark.parametrize("page", [8, 16])
@@ -107,7 +110,7 @@ def test_mixed_batch_through_the_dispatcher(page, kv_dtype):
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = paged_attention_triton(q, k_cache, v_cache, tables, lens, query_lens, seq_lens, 3, 0.125)
     expected = expected_rows(q, dense, query_lens, 0.125, kv_dtype)
-    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype))
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(dtype, kv_dtype))
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="dispatch to Triton needs CUDA tensors")
@@ -120,4 +123,4 @@ def test_public_op_dispatches_on_cuda(kv_dtype):
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = paged_attention(q, k_cache, v_cache, tables, lens, query_lens, seq_lens, 2, 0.1)
     expected = expected_rows(q, dense, query_lens, 0.1, kv_dtype)
-    torch.testing.assert_close(out.float().cpu(), expected, **tol(torch.bfloat16))
+    torch.testing.assert_close(out.float().cpu(), expected, **tol(torch.bfloat16, kv_dtype))
