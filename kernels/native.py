@@ -78,13 +78,20 @@ def library() -> ctypes.CDLL | None:
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
 
-def kernel(name: str, like: torch.Tensor):
-    """The native `name_{f32,bf16}` for tensors like `like`, or None where the torch reference
-    must run (not on the CPU, another dtype, no compiler)."""
+_CACHE_SUFFIX = {torch.float8_e4m3fn: "_e4m3", torch.float8_e5m2: "_e5m2"}
+
+
+def kernel(name: str, like: torch.Tensor, cache: torch.dtype | None = None):
+    """The native `name_{f32,bf16}` for tensors like `like` (with `_{e4m3,e5m2}` for an fp8
+    `cache` type), or None where the torch reference must run (not on the CPU, another dtype,
+    no compiler)."""
     if like.device.type != "cpu" or like.dtype not in _SUFFIX:
         return None
+    if cache not in (None, like.dtype, *_CACHE_SUFFIX):
+        return None
     lib = library()
-    return None if lib is None else getattr(lib, f"{name}_{_SUFFIX[like.dtype]}")
+    suffix = _SUFFIX[like.dtype] + _CACHE_SUFFIX.get(cache, "")
+    return None if lib is None else getattr(lib, f"{name}_{suffix}")
 
 
 def ptr(t: torch.Tensor) -> ctypes.c_void_p:

@@ -70,18 +70,18 @@ def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
 
 
 def native_decode_available(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    return k_cache.dtype == q.dtype and native.kernel("paged_decode_attention", q) is not None
+    return native.kernel("paged_decode_attention", q, k_cache.dtype) is not None
 
 
 def decode_attention_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, seq_lens_tensor: torch.Tensor,
                             scale: float) -> torch.Tensor:
     """The same as decode_attention_reference, reading the cache blocks in place (csrc/)."""
-    kernel = native.kernel("paged_decode_attention", q)
+    kernel = native.kernel("paged_decode_attention", q, k_cache.dtype)
     q = q.contiguous()
     block_tables = block_tables.to(torch.int32).contiguous()
     seq_lens_tensor = seq_lens_tensor.to(torch.int32).contiguous()
-    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.dtype == q.dtype
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.dtype == v_cache.dtype
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     out = torch.empty_like(q)

@@ -446,7 +446,9 @@ def main() -> int:
         results["engine"] = engine_check()
         results["engine_unchunked"] = engine_check(max_num_batched_tokens=8192)
         results["engine_fp32"] = engine_check(dtype="float32")
-        results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8")
+        # HF's bf16 attention against our kernels' float16 dots over the same rounded K/V: their
+        # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125; session 25's first run).
+        results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
         for key in ("engine_unchunked", "engine_fp32", "engine_fp8_kv"):
             log(key, json.dumps(results[key], indent=1))
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel

@@ -113,13 +113,19 @@ def test_write_kv_cache_places_tokens_at_slots(cache_dtype):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(9, 3, 64), (4, 4, 16), (8, 1, 32)])
-def test_native_decode_matches_reference(dtype, tol, num_heads, num_kv_heads, head_dim):
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_native_decode_matches_reference(dtype, tol, num_heads, num_kv_heads, head_dim, kv_dtype):
     from gdserve.kernels.paged_attention import (decode_attention_native, decode_attention_reference,
                                                  native_decode_available)
     seq_lens = [1, 15, 16, 17, 64, 130]
     q, k_cache, v_cache, tables, _ = build_case([1] * len(seq_lens), seq_lens, num_heads, num_kv_heads,
                                                 head_dim, 16, seed=2)
-    q, k_cache, v_cache = q.to(dtype), k_cache.to(dtype), v_cache.to(dtype)
+    q, k_cache, v_cache = q.to(dtype), k_cache.to(kv_dtype or dtype), v_cache.to(kv_dtype or dtype)
+    if kv_dtype is not None:  # every fp8 value, subnormals and the extremes included, somewhere
+        values = torch.arange(256, dtype=torch.uint8).view(kv_dtype)
+        values = values[values.float().isfinite()].to(torch.float32)
+        k_cache.view(-1)[:len(values)] = values.to(kv_dtype)
+        v_cache.view(-1)[-len(values):] = values.flip(0).to(kv_dtype)
     if not native_decode_available(q, k_cache):
         pytest.skip("no C compiler for the native CPU kernels")
     lens = torch.tensor(seq_lens, dtype=torch.int32)
