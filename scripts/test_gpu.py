@@ -151,8 +151,8 @@ def bench_decode_fp8(copy_gbs: float, bf16_ms: float) -> dict:
     scale = 128 ** -0.5
     ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch, scale)
     configs = []
-    for block_n in (64, 128, 256):
-        for num_warps in (4, 8):
+    for block_n in (32, 64, 128, 256):
+        for num_warps in (2, 4, 8):
             for num_stages in (2, 4):
                 cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
                 run = lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **cfg)
