@@ -191,13 +191,15 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int,
                             scale: float, out: torch.Tensor | None = None,
                             partition_size: int | None = None, block_n: int | None = None,
-                            num_warps: int = 4, num_stages: int | None = None) -> torch.Tensor:
+                            num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
     each context into pieces of that many tokens (None: chosen from the GPU's size). The tiles'
-    defaults are the fastest measured on an H200 at batch 256, context 1024 (scripts/test_gpu.py):
-    64 tokens, 4 stages over a 16-bit cache; 128 tokens, 2 stages over an fp8 one."""
+    defaults are among the fastest measured on an H200 at batch 256, context 1024 (test_gpu.py,
+    decode_tiles_gpu.py): 64 tokens, 4 warps, 4 stages over a 16-bit cache (3 stages and 128
+    tokens within 1%); 64 tokens, 2 warps, 2 stages over an fp8 one (4 warps: 10-30% slower)."""
     fp8 = is_fp8(k_cache.dtype)
-    block_n = block_n or (128 if fp8 else 64)
+    block_n = block_n or 64
+    num_warps = num_warps or (2 if fp8 else 4)
     num_stages = num_stages or (2 if fp8 else 4)
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
