@@ -25,3 +25,10 @@ def test_commands_load_without_the_server_dependencies(command):
     done = subprocess.run([sys.executable, "-c", BLOCKED, *command], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage: gdserve" in done.stdout
+
+
+def test_bad_kv_cache_dtype_is_refused_naming_the_choices():
+    done = subprocess.run([sys.executable, "-m", "gdserve.entrypoints.cli", "serve", "--kv-cache-dtype", "int8"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--kv-cache-dtype" in done.stderr and "fp8_e5m2" in done.stderr
