@@ -8,7 +8,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     """Store the new tokens' K/V at their slots. key/value: [T, KVH, D];
     caches: [num_blocks, block_size, KVH, D]; slot_mapping: [T] int64 (block * block_size + offset).
     An fp8 cache stores the values rounded to nearest, saturated at the format's largest finite
-    value (a plain cast would turn what lies past it into NaN)."""
+    value (a plain cast would turn what lies past it into NaN, or inf for e5m2)."""
     if use_triton(key, "kv_cache"):
         from gdserve.kernels.triton.kv_cache import write_kv_cache_triton
         return write_kv_cache_triton(key, value, k_cache, v_cache, slot_mapping)

@@ -12,7 +12,7 @@ def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
                      NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                      SATURATE: tl.constexpr, LIMIT: tl.constexpr):
     """SATURATE: clamp to +-LIMIT, the cache format's largest finite value, before the cast (fp8:
-    a plain cast would give NaN past it)."""
+    a plain cast would give NaN or inf past it)."""
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     if slot < 0:  # a padded row (-1): nothing to store
