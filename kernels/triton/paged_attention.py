@@ -19,14 +19,11 @@ MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] flo
 
 @triton.jit
 def _load_kv_tile(cache_ptr, table_row_ptr, tok, valid, kv_head, stride_b, stride_t, stride_h,
-                  PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, TRANSPOSED: tl.constexpr = False):
-    """[BLOCK_N, HEAD_DIM] K or V of the tokens `tok` of one sequence and KV head ([HEAD_DIM,
-    BLOCK_N] if TRANSPOSED); 0 where invalid."""
+                  PAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """[BLOCK_N, HEAD_DIM] K or V of the tokens `tok` of one sequence and KV head; 0 where invalid."""
     page = tl.load(table_row_ptr + tok // PAGE, mask=valid, other=0).to(tl.int64)
     row = page * stride_b + (tok % PAGE) * stride_t + kv_head * stride_h
     d = tl.arange(0, HEAD_DIM)
-    if TRANSPOSED:
-        return tl.load(cache_ptr + row[None, :] + d[:, None], mask=valid[None, :], other=0.0)
     return tl.load(cache_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
 
 
@@ -68,11 +65,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, FP8_CACHE: tl.constexpr):
-    """One program: one sequence, one KV head with its GROUP query heads, one split of the context.
-    The cache tile is each dot's first operand (scores^T = K q^T, out^T = V^T p^T): its BLOCK_N
-    or HEAD_DIM rows fill the tensor cores' M side where the GROUP_PAD query rows would leave it
-    mostly empty, and a widened fp8 tile feeds them from registers (measured on an H200, batch
-    256, context 1024: 0.283 against 0.331 ms over bf16, 0.227 against 0.248 over fp8)."""
+    """One program: one sequence, one KV head with its GROUP query heads, one split of the context."""
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     start = split * partition_size
@@ -81,36 +74,27 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
         g = tl.arange(0, GROUP_PAD)
         heads = kv_head * GROUP + g
         d = tl.arange(0, HEAD_DIM)
-        q_t = tl.load(q_ptr + seq * stride_qs + heads[None, :] * stride_qh + d[:, None],
-                      mask=g[None, :] < GROUP, other=0.0)                     # [D, G]
+        q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
+                    mask=g[:, None] < GROUP, other=0.0)
         table_row = tables_ptr + seq.to(tl.int64) * stride_tab
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([GROUP_PAD], tl.float32)
-        acc_t = tl.zeros([HEAD_DIM, GROUP_PAD], tl.float32)                   # out^T
-        q_t = _dot_operand(q_t, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
+        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+        q = _dot_operand(q, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
         for n0 in range(start, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
-            k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                              PAGE, HEAD_DIM).to(q_t.dtype)
-            s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale_log2  # [N, G]
-            s_t = tl.where(valid[:, None], s_t, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s_t, 0))
-            alpha = tl.exp2(m - m_new)
-            p_t = tl.exp2(s_t - m_new[None, :])
-            v_t = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                                PAGE, HEAD_DIM, TRANSPOSED=True).to(q_t.dtype)  # [D, N]
-            acc_t = acc_t * alpha[None, :] + tl.dot(v_t, p_t.to(q_t.dtype), input_precision=DOT_PRECISION)
-            l = l * alpha + tl.sum(p_t, 0)
-            m = m_new
-        out_t = acc_t / l[None, :]
+            m, l, acc = _attend_tile(q, valid[None, :], table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr,
+                                     stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
+                                     PAGE, HEAD_DIM, DOT_PRECISION)
+        out = acc / l[:, None]
         if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
             part = (seq * (GROUP * tl.num_programs(1)) + heads) * max_splits + split
-            tl.store(part_out_ptr + part[None, :] * HEAD_DIM + d[:, None], out_t, mask=g[None, :] < GROUP)
+            tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=g[:, None] < GROUP)
             tl.store(part_lse_ptr + part, m + tl.log2(l), mask=g < GROUP)
         else:
-            tl.store(out_ptr + seq * stride_os + heads[None, :] * stride_oh + d[:, None],
-                     out_t.to(out_ptr.dtype.element_ty), mask=g[None, :] < GROUP)
+            tl.store(out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=g[:, None] < GROUP)
 
 
 @triton.jit(do_not_specialize=["partition_size", "max_splits"])
@@ -210,11 +194,13 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
     each context into pieces of that many tokens (None: chosen from the GPU's size). The tiles'
-    defaults are the fastest measured on an H200 at batch 256, context 1024, over a bf16 and an
-    fp8 cache alike (scripts/decode_variants_gpu.py): 64 tokens, 2 warps, 4 stages."""
+    defaults are among the fastest measured on an H200 at batch 256, context 1024 (test_gpu.py,
+    decode_tiles_gpu.py): 64 tokens, 4 warps, 4 stages over a 16-bit cache (3 stages and 128
+    tokens within 1%); 64 tokens, 2 warps, 2 stages over an fp8 one (4 warps: 10-30% slower)."""
+    fp8 = is_fp8(k_cache.dtype)
     block_n = block_n or 64
-    num_warps = num_warps or 2
-    num_stages = num_stages or 4
+    num_warps = num_warps or (2 if fp8 else 4)
+    num_stages = num_stages or (2 if fp8 else 4)
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
     out = torch.empty_like(q) if out is None else out
