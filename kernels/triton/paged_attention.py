@@ -194,12 +194,13 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
     each context into pieces of that many tokens (None: chosen from the GPU's size). The tiles'
-    defaults are among the fastest measured on an H200 at batch 256, context 1024 (test_gpu.py,
-    decode_tiles_gpu.py): 64 tokens, 4 warps, 4 stages over a 16-bit cache (3 stages and 128
-    tokens within 1%); 64 tokens, 2 warps, 2 stages over an fp8 one (4 warps: 10-30% slower)."""
+    defaults are the fastest of those the kernel tests have passed with at real shapes on an H200
+    (make test-gpu; timed at batch 256, context 1024): 64 tokens, 4 stages over a 16-bit cache;
+    128 tokens, 2 stages over an fp8 one. Tiles of 2 warps timed faster over fp8 (0.251-0.256
+    against 0.271-0.277 ms) but have not been through the kernel tests."""
     fp8 = is_fp8(k_cache.dtype)
-    block_n = block_n or 64
-    num_warps = num_warps or (2 if fp8 else 4)
+    block_n = block_n or (128 if fp8 else 64)
+    num_warps = num_warps or 4
     num_stages = num_stages or (2 if fp8 else 4)
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
