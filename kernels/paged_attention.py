@@ -23,7 +23,6 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> 
     return blocks.flatten(0, 1)[:seq_len]                      # [L, KVH, D]
 
 
-
 def _decode_attention_padded(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
     """All rows are single-token decodes: one padded, masked SDPA for the whole batch."""
     num_seqs, num_heads, head_dim = q.shape

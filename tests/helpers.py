@@ -7,7 +7,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
 
 from gdserve.kernels.kv_cache import to_cache_dtype
-
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.llama import LlamaForCausalLM
 

@@ -4,7 +4,7 @@ Both read K/V in place from caches laid out [num_blocks, block_size, KVH, D]: a 
 tokens may span several cache blocks, so each token row finds its block through the block table.
 The caches may be fp8 (e4m3 / e5m2, scale 1.0): the dots then run in float16, which holds every
 fp8 value exactly (widening to bfloat16 instead measured 0.87-0.95x the bf16 cache's decode speed
-on an H200; float16 1.1x, at half the bytes: the widening, not the memory, bounds it).
+on an H200, float16 1.1x: at half the bytes, the memory does not bound it there).
 Softmax runs in base 2 with the scale folded into log2(e).
 """
 import torch
@@ -221,7 +221,7 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         *_cache_strides(k_cache, v_cache), splits,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, SPLIT=splits > 1, DOT_PRECISION=_dot_precision(q.dtype),
-        FP8_CACHE=is_fp8(k_cache.dtype), num_warps=num_warps, num_stages=num_stages)
+        FP8_CACHE=fp8, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _reduce_kernel[(num_seqs, num_heads)](
             part_out, part_lse, seq_lens, out, partition_size, splits, out.stride(0), out.stride(1),
