@@ -89,7 +89,7 @@ def _load(model: str, engine_kwargs: dict):
     blocks, block_size = core.kv_cache.num_blocks, core.config.block_size
     _say(f"loaded in {time.monotonic() - start:.1f} s: {core.dtype} on {core.device}, "
          f"max_model_len {core.max_model_len}, KV cache {blocks * block_size} tokens "
-         f"({blocks} blocks of {block_size})")
+         f"({blocks} blocks of {block_size}, {str(core.kv_cache_dtype).removeprefix('torch.')})")
     return engine
 
 
