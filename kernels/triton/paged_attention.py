@@ -76,11 +76,11 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
         d = tl.arange(0, HEAD_DIM)
         q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
                     mask=g[:, None] < GROUP, other=0.0)
+        q = _dot_operand(q, FP8_CACHE)
         table_row = tables_ptr + seq.to(tl.int64) * stride_tab
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-        q = _dot_operand(q, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
         for n0 in range(start, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
@@ -139,11 +139,11 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         tokens = (q_start + rows).to(tl.int64)
         q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + d[None, :],
                     mask=row_ok[:, None], other=0.0)
+        q = _dot_operand(q, FP8_CACHE)
         table_row = tables_ptr + chunk.to(tl.int64) * stride_tab
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        q = _dot_operand(q, FP8_CACHE)  # after tl.zeros: the interpreter loses it past a nested call
         end = tl.minimum(seq_len, context + m0 + BLOCK_M)  # the tile's last row sees no further
         # Key tiles wholly at or before the first row's position are visible to every row: no mask.
         # Tile 0 holds key 0, which every row sees: m is finite after it.
