@@ -14,21 +14,13 @@ import test_gpu  # noqa: E402
 
 def sweep(kv_dtype) -> list[dict]:
     import torch
+    from gdserve.kernels.paged_attention import decode_attention_reference
     from gdserve.kernels.triton.paged_attention import decode_attention_triton
     q, k_cache, v_cache, tables, lens, kv_bytes = test_gpu.decode_case(256, 1024, kv_dtype=kv_dtype)
     scale = 128 ** -0.5
-    rows = []
-    for block_n in (32, 64, 128):
-        for num_warps in (1, 2, 4):
-            for num_stages in (2, 3, 4):
-                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-                try:
-                    ms = test_gpu.median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens,
-                                                                            1024, scale, **cfg))
-                except Exception as e:  # a tile that does not compile (shared memory, layouts)
-                    print(json.dumps({**cfg, "error": repr(e)[:200]}), flush=True)
-                    continue
-                rows.append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1)})
+    ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [1024] * 256, scale)
+    kernel = lambda **tile: decode_attention_triton(q, k_cache, v_cache, tables, lens, 1024, scale, **tile)
+    rows = test_gpu.sweep_tiles(kernel, ref, kv_bytes, (32, 64, 128), (1, 2, 4), (2, 3, 4))
     del q, k_cache, v_cache
     torch.cuda.empty_cache()
     return sorted(rows, key=lambda r: r["ms"])

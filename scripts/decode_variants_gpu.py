@@ -100,19 +100,8 @@ def main() -> None:
         if not on_cuda:
             continue
         base = test_gpu.median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale))
-        rows = []
-        for block_n in (32, 64, 128):
-            for num_warps in (2, 4, 8):
-                for num_stages in (2, 3, 4):
-                    cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-                    run = lambda: swapped_decode(q, k_cache, v_cache, tables, lens, scale, **cfg)
-                    try:
-                        err = (run().float() - ref).abs().max().item()
-                        ms = test_gpu.median_ms(run)
-                    except Exception as e:
-                        print(json.dumps({**cfg, "error": repr(e)[:160]}), flush=True)
-                        continue
-                    rows.append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1), "max_abs_err": err})
+        kernel = lambda **tile: swapped_decode(q, k_cache, v_cache, tables, lens, scale, **tile)
+        rows = test_gpu.sweep_tiles(kernel, ref, kv_bytes, (32, 64, 128), (2, 4, 8), (2, 3, 4))
         rows.sort(key=lambda r: r["ms"])
         print(json.dumps({"cache": name, "engine_kernel_ms": round(base, 4),
                           "engine_kernel_gbs": round(kv_bytes / base / 1e6, 1), "swapped_best": rows[:5]}), flush=True)

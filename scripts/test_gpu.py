@@ -108,6 +108,25 @@ def decode_case(batch: int, context: int, num_heads: int = 32, num_kv_heads: int
     return q, k_cache, v_cache, tables, lens, kv_bytes
 
 
+def sweep_tiles(kernel, ref, kv_bytes: int, block_ns, warps, stages) -> list[dict]:
+    """Time kernel(**tile) for each tile of the grid, with its error against ref; a tile that does
+    not compile (shared memory, layouts) is left out with its error printed."""
+    rows = []
+    for block_n in block_ns:
+        for num_warps in warps:
+            for num_stages in stages:
+                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+                run = lambda: kernel(**cfg)
+                try:
+                    err = (run().float() - ref.float()).abs().max().item()
+                    ms = median_ms(run)
+                except Exception as e:
+                    print(json.dumps({**cfg, "error": repr(e)[:200]}), flush=True)
+                    continue
+                rows.append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1), "max_abs_err": err})
+    return rows
+
+
 def bench_decode(copy_gbs: float) -> dict:
     from gdserve.kernels.paged_attention import decode_attention_reference
     from gdserve.kernels.triton.paged_attention import decode_attention_triton
@@ -115,17 +134,10 @@ def bench_decode(copy_gbs: float) -> dict:
     q, k_cache, v_cache, tables, lens, kv_bytes = decode_case(batch, context)
     scale = 128 ** -0.5
     ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch, scale)
+    kernel = lambda **tile: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **tile)
     results = {"shape": f"batch {batch}, context {context}, 32 heads, 8 KV heads, D 128, bf16, block 16",
-               "kv_bytes": kv_bytes, "copy_bandwidth_gbs": round(copy_gbs, 1), "configs": []}
-    for block_n in (32, 64, 128):
-        for num_warps in (4, 8):
-            for num_stages in (2, 3, 4):
-                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-                run = lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **cfg)
-                err = (run().float() - ref.float()).abs().max().item()
-                ms = median_ms(run)
-                results["configs"].append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1),
-                                           "max_abs_err": err})
+               "kv_bytes": kv_bytes, "copy_bandwidth_gbs": round(copy_gbs, 1),
+               "configs": sweep_tiles(kernel, ref, kv_bytes, (32, 64, 128), (4, 8), (2, 3, 4))}
     default_ms = median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale))
     ref_ms = median_ms(lambda: decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch,
                                                           scale), reps=10)
@@ -150,15 +162,8 @@ def bench_decode_fp8(copy_gbs: float, bf16_ms: float) -> dict:
     q, k_cache, v_cache, tables, lens, kv_bytes = decode_case(batch, context, kv_dtype=torch.float8_e4m3fn)
     scale = 128 ** -0.5
     ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch, scale)
-    configs = []
-    for block_n in (32, 64, 128, 256):
-        for num_warps in (2, 4, 8):
-            for num_stages in (2, 4):
-                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-                run = lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **cfg)
-                err = (run().float() - ref.float()).abs().max().item()
-                ms = median_ms(run)
-                configs.append({**cfg, "ms": round(ms, 4), "gbs": round(kv_bytes / ms / 1e6, 1), "max_abs_err": err})
+    kernel = lambda **tile: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale, **tile)
+    configs = sweep_tiles(kernel, ref, kv_bytes, (32, 64, 128, 256), (2, 4, 8), (2, 4))
     ms = median_ms(lambda: decode_attention_triton(q, k_cache, v_cache, tables, lens, context, scale))
     return {"kv_bytes": kv_bytes, "default_ms": round(ms, 4), "default_gbs": round(kv_bytes / ms / 1e6, 1),
             "default_fraction_of_copy": round(kv_bytes / ms / 1e6 / copy_gbs, 3),
