@@ -49,8 +49,8 @@ class EngineConfig:
         _check(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", "must be >= 1")
         _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
                f"must be 'auto' or one of {sorted(_DTYPES)}")
-        _check(self.kv_cache_dtype in _KV_CACHE_DTYPES or self.kv_cache_dtype == "auto", "kv_cache_dtype",
-               f"must be 'auto' or one of {sorted(_KV_CACHE_DTYPES)}")
+        _check(self.kv_cache_dtype in KV_CACHE_DTYPES or self.kv_cache_dtype == "auto", "kv_cache_dtype",
+               f"must be 'auto' or one of {sorted(KV_CACHE_DTYPES)}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
@@ -76,7 +76,7 @@ class EngineConfig:
         return _DTYPES[self.dtype]
 
     def torch_kv_cache_dtype(self) -> torch.dtype:
-        return self.torch_dtype() if self.kv_cache_dtype == "auto" else _KV_CACHE_DTYPES[self.kv_cache_dtype]
+        return self.torch_dtype() if self.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[self.kv_cache_dtype]
 
 
 @cache
@@ -93,7 +93,7 @@ def cpu_has_native_bf16() -> bool:
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
            "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
-_KV_CACHE_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+KV_CACHE_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 def _check(ok: bool, name: str, message: str) -> None:

@@ -2,13 +2,14 @@
 import argparse
 import sys
 
+from gdserve.config import KV_CACHE_DTYPES
 from gdserve.models.registry import DEFAULT_MODEL
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES],
                         help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int, default=256)
