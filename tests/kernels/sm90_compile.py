@@ -1,0 +1,149 @@
+"""Compiles the GPU path's Triton kernels for the H200 (sm_90) on a machine without a GPU: triton's
+CUDA backend and the ptxas it bundles run anywhere. The interpreter (the other kernel tests, in CI)
+checks what a kernel computes, not whether the compiler takes it, and some code runs there that the
+compiler refuses (a float constexpr in an `if`; a function whose returns differ in shape under a
+constexpr `if`): those fail here instead of on the device. Each case calls a public wrapper on
+small CPU tensors of the engine's dtypes and head sizes, with the launch turned into a compile.
+
+Run as a script in a process where TRITON_INTERPRET is unset (the interpreter replaces triton.jit
+when triton is imported): `python tests/kernels/sm90_compile.py [CASE ...]` prints one JSON line
+per case, {"case", "ok", "error"}."""
+import json
+import sys
+from collections.abc import Callable
+
+import torch
+
+BF16, FP32 = torch.bfloat16, torch.float32
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+KV_DTYPES = {"bf16": BF16, "e4m3": E4M3, "e5m2": E5M2}
+
+
+class CompileOnlyDriver:
+    """Stands in for triton's CUDA driver: device 0 is an sm_90 GPU, and there is no stream."""
+
+    def __init__(self) -> None:
+        from triton.backends.compiler import GPUTarget
+        self.target = GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+
+def install_compile_only() -> None:
+    """Every Triton launch compiles (for sm_90) and returns without running."""
+    import triton
+    from triton.runtime.jit import JITFunction
+    triton.runtime.driver.set_active(CompileOnlyDriver())
+    run = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = compile_only
+
+
+def _paged_inputs(head_dim: int, num_heads: int, num_kv_heads: int, dtype: torch.dtype,
+                  kv_dtype: torch.dtype, num_seqs: int = 4, page: int = 16, pages_per_seq: int = 4):
+    q = torch.zeros(num_seqs, num_heads, head_dim, dtype=dtype)
+    k_cache = torch.zeros(num_seqs * pages_per_seq, page, num_kv_heads, head_dim, dtype=kv_dtype)
+    tables = torch.arange(num_seqs * pages_per_seq, dtype=torch.int32).view(num_seqs, pages_per_seq)
+    lens = torch.full((num_seqs,), page * pages_per_seq, dtype=torch.int32)
+    return q, k_cache, k_cache.clone(), tables, lens
+
+
+def decode(head_dim: int, kv: str, split: bool, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.paged_attention import decode_attention_triton
+    kv_dtype = dtype if kv == "model" else KV_DTYPES[kv]
+    q, k_cache, v_cache, tables, lens = _paged_inputs(head_dim, 32, 8, dtype, kv_dtype)
+    max_len = int(lens.max())
+    decode_attention_triton(q, k_cache, v_cache, tables, lens, max_len, head_dim ** -0.5,
+                            partition_size=max_len // 2 if split else max_len)
+
+
+def prefill(head_dim: int, kv: str, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.paged_attention import prefill_attention_triton
+    kv_dtype = dtype if kv == "model" else KV_DTYPES[kv]
+    _, k_cache, v_cache, tables, lens = _paged_inputs(head_dim, 32, 8, dtype, kv_dtype)
+    q = torch.zeros(int(lens.sum()), 32, head_dim, dtype=dtype)
+    starts = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0, dtype=torch.int32)])
+    prefill_attention_triton(q, k_cache, v_cache, tables, lens, starts, int(lens.max()), head_dim ** -0.5,
+                             torch.empty_like(q))
+
+
+def write_kv(kv: str, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.kv_cache import write_kv_cache_triton
+    key = torch.zeros(8, 8, 128, dtype=dtype)
+    k_cache = torch.zeros(4, 16, 8, 128, dtype=dtype if kv == "model" else KV_DTYPES[kv])
+    write_kv_cache_triton(key, key.clone(), k_cache, k_cache.clone(), torch.arange(8))
+
+
+def bitmask(dtype: torch.dtype, indexed: bool) -> None:
+    from gdserve.kernels.triton.bitmask import apply_token_bitmask_triton
+    logits = torch.zeros(4, 49152, dtype=dtype)
+    apply_token_bitmask_triton(logits, torch.zeros(4, 49152 // 32, dtype=torch.int32),
+                               torch.arange(4, dtype=torch.int32) if indexed else None)
+
+
+def rms_norm(hidden: int, residual: bool, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.rms_norm import rms_norm_triton
+    x = torch.zeros(4, hidden, dtype=dtype)
+    rms_norm_triton(x, torch.ones(hidden, dtype=dtype), 1e-5, x.clone() if residual else None)
+
+
+def rotary(head_dim: int, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.rotary import apply_rotary_triton
+    cos = torch.ones(4, 1, head_dim // 2, dtype=dtype)
+    apply_rotary_triton(torch.zeros(4, 32, head_dim, dtype=dtype), cos, cos.clone())
+
+
+def silu_and_mul(dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.activation import silu_and_mul_triton
+    silu_and_mul_triton(torch.zeros(4, 2 * 14336, dtype=dtype))
+
+
+def _cases() -> dict[str, Callable[[], None]]:
+    cases = {}
+    for head_dim in (64, 128):
+        for kv in KV_DTYPES:
+            cases[f"decode-d{head_dim}-{kv}"] = lambda d=head_dim, kv=kv: decode(d, kv, split=False)
+            cases[f"prefill-d{head_dim}-{kv}"] = lambda d=head_dim, kv=kv: prefill(d, kv)
+        cases[f"decode-split-d{head_dim}-bf16"] = lambda d=head_dim: decode(d, "bf16", split=True)
+        cases[f"rotary-d{head_dim}"] = lambda d=head_dim: rotary(d)
+    cases["decode-split-d128-e4m3"] = lambda: decode(128, "e4m3", split=True)
+    cases["decode-d128-fp32"] = lambda: decode(128, "model", split=False, dtype=FP32)
+    cases["prefill-d128-fp32"] = lambda: prefill(128, "model", dtype=FP32)
+    for kv in ("bf16", "e4m3", "e5m2"):
+        cases[f"write-kv-{kv}"] = lambda kv=kv: write_kv(kv)
+    cases["write-kv-fp32"] = lambda: write_kv("model", dtype=FP32)
+    for dtype, name in ((FP32, "fp32"), (BF16, "bf16")):
+        cases[f"bitmask-{name}"] = lambda dtype=dtype: bitmask(dtype, indexed=False)
+    cases["bitmask-indexed-fp32"] = lambda: bitmask(FP32, indexed=True)
+    for hidden in (576, 4096):
+        cases[f"rms-norm-{hidden}"] = lambda h=hidden: rms_norm(h, residual=False)
+        cases[f"rms-norm-residual-{hidden}"] = lambda h=hidden: rms_norm(h, residual=True)
+    cases["silu-and-mul-bf16"] = silu_and_mul
+    return cases
+
+
+CASES = _cases()
+
+
+def main(names: list[str]) -> None:
+    install_compile_only()
+    for name in names or CASES:
+        try:
+            CASES[name]()
+            print(json.dumps({"case": name, "ok": True, "error": None}), flush=True)
+        except Exception as e:  # report and go on: one broken kernel must not hide the others
+            print(json.dumps({"case": name, "ok": False, "error": f"{type(e).__name__}: {e}"[-2000:]}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
