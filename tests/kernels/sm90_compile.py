@@ -7,7 +7,7 @@ small CPU tensors of the engine's dtypes and head sizes, with the launch turned 
 
 Run as a script in a process where TRITON_INTERPRET is unset (the interpreter replaces triton.jit
 when triton is imported): `python tests/kernels/sm90_compile.py [CASE ...]` prints one JSON line
-per case, {"case", "ok", "error"}."""
+per case, {"case", "ok", "error", "shared"} (shared: each compiled kernel's shared memory, bytes)."""
 import json
 import sys
 from collections.abc import Callable
@@ -36,17 +36,25 @@ class CompileOnlyDriver:
         return self.target
 
 
-def install_compile_only() -> None:
-    """Every Triton launch compiles (for sm_90) and returns without running."""
+SHARED_MEMORY_LIMIT = 232448  # bytes a block may use on an H100 / H200 (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+
+
+def install_compile_only() -> list:
+    """Every Triton launch compiles (for sm_90) and returns without running; returns the list the
+    compiled kernels are appended to, as (name, shared memory bytes)."""
     import triton
     from triton.runtime.jit import JITFunction
     triton.runtime.driver.set_active(CompileOnlyDriver())
     run = JITFunction.run
+    compiled = []
 
     def compile_only(self, *args, grid, warmup, **kwargs):
-        return run(self, *args, grid=grid, warmup=True, **kwargs)
+        kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append((self.fn.__name__, kernel.metadata.shared))
+        return kernel
 
     JITFunction.run = compile_only
+    return compiled
 
 
 def _paged_inputs(head_dim: int, num_heads: int, num_kv_heads: int, dtype: torch.dtype,
@@ -116,6 +124,10 @@ def _cases() -> dict[str, Callable[[], None]]:
             cases[f"prefill-d{head_dim}-{kv}"] = lambda d=head_dim, kv=kv: prefill(d, kv)
         cases[f"decode-split-d{head_dim}-bf16"] = lambda d=head_dim: decode(d, "bf16", split=True)
         cases[f"rotary-d{head_dim}"] = lambda d=head_dim: rotary(d)
+    for head_dim in (32, 256):  # the dispatcher takes any power of two from 16 up
+        cases[f"decode-d{head_dim}-bf16"] = lambda d=head_dim: decode(d, "bf16", split=False)
+        cases[f"prefill-d{head_dim}-bf16"] = lambda d=head_dim: prefill(d, "bf16")
+    cases["prefill-d256-fp32"] = lambda: prefill(256, "model", dtype=FP32)  # the most shared memory
     cases["decode-split-d128-e4m3"] = lambda: decode(128, "e4m3", split=True)
     cases["decode-d128-fp32"] = lambda: decode(128, "model", split=False, dtype=FP32)
     cases["prefill-d128-fp32"] = lambda: prefill(128, "model", dtype=FP32)
@@ -135,14 +147,24 @@ def _cases() -> dict[str, Callable[[], None]]:
 CASES = _cases()
 
 
+def run_case(name: str, compiled: list) -> dict:
+    """Compile one case; it fails on a compile error or a kernel that would not launch for want of
+    shared memory (the launch checks that, so the compile alone does not)."""
+    compiled.clear()
+    try:
+        CASES[name]()
+    except Exception as e:  # reported, and the other cases go on
+        return {"case": name, "ok": False, "error": f"{type(e).__name__}: {e}"[-2000:]}
+    over = [f"{kernel} needs {shared} bytes of shared memory (sm_90 allows {SHARED_MEMORY_LIMIT})"
+            for kernel, shared in compiled if shared > SHARED_MEMORY_LIMIT]
+    return {"case": name, "ok": not over, "error": "; ".join(over) or None,
+            "shared": [shared for _, shared in compiled]}
+
+
 def main(names: list[str]) -> None:
-    install_compile_only()
+    compiled = install_compile_only()
     for name in names or CASES:
-        try:
-            CASES[name]()
-            print(json.dumps({"case": name, "ok": True, "error": None}), flush=True)
-        except Exception as e:  # report and go on: one broken kernel must not hide the others
-            print(json.dumps({"case": name, "ok": False, "error": f"{type(e).__name__}: {e}"[-2000:]}), flush=True)
+        print(json.dumps(run_case(name, compiled)), flush=True)
 
 
 if __name__ == "__main__":
