@@ -4,9 +4,12 @@ registers, against the engine's kernel, for a bf16 and an fp8 cache at batch 256
 (one split). Usage: python3 scripts/decode_variants_gpu.py (prints JSON lines; also runs under
 TRITON_INTERPRET=1 on the CPU at a small shape, as a correctness check).
 Session 25 measured the swap faster (bf16 cache 0.283 against 0.331 ms, fp8 0.227 against 0.248;
-best tile 64 tokens, 2 warps, 4 stages), but the engine's kernel rewritten that way failed 21 of
-45 decode kernel tests at real shapes on the device (cause not found; only one tile's error was
-checked then, which this script now checks for every tile)."""
+best tile 64 tokens, 2 warps, 4 stages). The engine's kernel rewritten that way (5771442) failed
+at real shapes for a compile error: its tile loader had two `return`s of different shapes under a
+constexpr `if`, which the compiler refuses and the interpreter takes (tests/kernels/
+test_sm90_compile.py now catches that in CI). Fixed, it passed every test, but timed against the
+engine's kernel in one process (session 26) it was no faster over bf16 (1.12x over fp8) and the
+engine ran 0.7% slower with it, so it stayed out; this script keeps the experiment."""
 import json
 import sys
 from pathlib import Path
