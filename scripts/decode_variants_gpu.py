@@ -8,7 +8,7 @@ best tile 64 tokens, 2 warps, 4 stages). The engine's kernel rewritten that way 
 at real shapes for a compile error: its tile loader had two `return`s of different shapes under a
 constexpr `if`, which the compiler refuses and the interpreter takes (tests/kernels/
 test_sm90_compile.py now catches that in CI). Fixed, it passed every test, but timed against the
-engine's kernel in one process (session 26) it was no faster over bf16 (1.12x over fp8) and the
+engine's kernel in one process (session 27) it was no faster over bf16 (1.12x over fp8) and the
 engine ran 0.7% slower with it, so it stayed out; this script keeps the experiment."""
 import json
 import sys
