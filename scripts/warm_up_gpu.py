@@ -28,7 +28,7 @@ def main() -> None:
         print(f"engine start {time.perf_counter() - start:.1f} s", flush=True)
     runner, config = llm.engine.runner, llm.engine.config
     start = time.perf_counter()
-    runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens)
+    runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens, llm.engine.max_model_len)
     torch.cuda.synchronize()
     print(f"a second warm-up {time.perf_counter() - start:.2f} s", flush=True)
     for layer in runner._distinct_linears():

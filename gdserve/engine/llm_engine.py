@@ -19,7 +19,7 @@ from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.guided import GuidedDecoder
 from gdserve.engine.kv_cache_manager import KVCacheManager
-from gdserve.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
+from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import ScheduledBatch, Scheduler
@@ -77,7 +77,7 @@ class LLMEngine:
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         if self.device.type == "cuda":
-            self.runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens)
+            self.runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
@@ -420,17 +420,17 @@ class LLMEngine:
         return num_blocks
 
     def _profile_cuda_budget(self) -> int:
-        """gpu_memory_utilization x device memory, minus weights and the peak of a forward over a
-        full token budget (run on a throwaway cache just big enough for it)."""
-        num_tokens = min(self.config.max_num_batched_tokens, self.max_model_len)
-        bs = self.config.block_size
-        seq = Sequence("profile", 0, [0] * num_tokens, num_tokens, SamplingParams(), 1, None, None)
-        seq.block_table = list(range(-(-num_tokens // bs)))
+        """gpu_memory_utilization x device memory, minus weights and the peak of the largest step
+        (a forward over the full token budget, its logits at max_num_seqs rows), run on a
+        throwaway cache just big enough for it."""
+        num_tokens, max_len, bs = self.config.max_num_batched_tokens, self.max_model_len, self.config.block_size
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        runner = ModelRunner(self.model, self.model_config, len(seq.block_table), bs, self.device,
-                             self.kv_cache_dtype)
-        runner.execute([seq], [num_tokens], [0])
+        runner = ModelRunner(self.model, self.model_config, dummy_step_blocks(num_tokens, max_len, bs), bs,
+                             self.device, self.kv_cache_dtype)
+        hidden = runner.dummy_forward(num_tokens, max_len)
+        self.model.compute_logits(hidden[:self.config.max_num_seqs])
+        del hidden
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         del runner

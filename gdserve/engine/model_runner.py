@@ -17,6 +17,18 @@ def gemm_warm_up_rows(max_rows: int) -> list[int]:
     return sorted({*range(1, min(max_rows, 2048) + 1), *range(2048, max_rows + 1, 64), max_rows})
 
 
+def dummy_step_lens(num_tokens: int, max_model_len: int) -> list[int]:
+    """Query lengths of the largest step num_tokens allows, as the scheduler could form it: one
+    decode row beside prefill chunks of at most max_model_len tokens each (no sequence's
+    positions go past it, nor do the model's rotary tables)."""
+    rest = num_tokens - 1
+    return [1] + [min(max_model_len, rest - i) for i in range(0, rest, max_model_len)]
+
+
+def dummy_step_blocks(num_tokens: int, max_model_len: int, block_size: int) -> int:
+    return sum(-(-n // block_size) for n in dummy_step_lens(num_tokens, max_model_len))
+
+
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     elem = torch.tensor([], dtype=dtype).element_size()
     return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
@@ -45,18 +57,21 @@ class ModelRunner:
         self.cuda_graphs.capture()
 
     @torch.inference_mode()
-    def warm_up(self, max_num_seqs: int, max_num_tokens: int) -> None:
+    def warm_up(self, max_num_seqs: int, max_num_tokens: int, max_model_len: int) -> None:
         """Launch, once before serving, every kernel a step can launch: a forward at the smallest
-        and the largest step (a decode row beside a prefill chunk, as a mixed step), each linear
+        and the largest step (a decode row beside prefill chunks, as a mixed step), each linear
         layer's GEMM at every row count a step can give it, and the logits at every sampled-row
         count. cuBLAS loads a GEMM kernel on its first launch, and that launch waits for the
         device's queue to drain (on an H200: ~155 ms in each prefill step of a first run, the
         LM head's row count new each time); mid-run that throws away the host's lead over the
         device. Writes only into KV blocks nobody holds yet."""
-        limit = max(1, min(max_num_tokens, self.kv_cache.shape[2] * self.block_size - self.block_size))
+        num_blocks = self.kv_cache.shape[2]
+        largest = max_num_tokens
+        while largest > 1 and dummy_step_blocks(largest, max_model_len, self.block_size) > num_blocks:
+            largest -= self.block_size  # a step that large could not fit in the cache either
         hidden = None
-        for num_tokens in sorted({1, limit}):
-            hidden = self._dummy_forward(num_tokens)
+        for num_tokens in sorted({1, max(1, largest)}):
+            hidden = self.dummy_forward(num_tokens, max_model_len)
         rows = gemm_warm_up_rows(max_num_tokens)
         for layer in self._distinct_linears():
             x = hidden.new_zeros(rows[-1], layer.in_features)
@@ -66,12 +81,17 @@ class ModelRunner:
         for num_rows in range(1, max_num_seqs + 1):
             self.model.compute_logits(hidden[:num_rows])
 
-    def _dummy_forward(self, num_tokens: int) -> torch.Tensor:
-        """A forward over one decode row and a prefill chunk of num_tokens - 1, on blocks 0.."""
-        chunk = num_tokens - 1
-        tables = [[0]] + ([list(range(1, 1 + -(-chunk // self.block_size)))] if chunk else [])
-        positions, meta = AttentionMetadata.build(tables, [0] * len(tables), [1, chunk][:len(tables)],
-                                                  self.block_size, self.device)
+    @torch.inference_mode()
+    def dummy_forward(self, num_tokens: int, max_model_len: int) -> torch.Tensor:
+        """A forward over the step dummy_step_lens describes, on blocks 0.. (the caller makes
+        sure they are free and enough: dummy_step_blocks); returns its hidden states."""
+        lens = dummy_step_lens(num_tokens, max_model_len)
+        tables, first = [], 0
+        for n in lens:
+            count = -(-n // self.block_size)
+            tables.append(list(range(first, first + count)))
+            first += count
+        positions, meta = AttentionMetadata.build(tables, [0] * len(lens), lens, self.block_size, self.device)
         return self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
 
     def _distinct_linears(self) -> list[torch.nn.Linear]:

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gdserve import LLM, SamplingParams
-from gdserve.engine.model_runner import gemm_warm_up_rows, kv_cache_bytes_per_block
+from gdserve.engine.model_runner import dummy_step_blocks, dummy_step_lens, gemm_warm_up_rows, kv_cache_bytes_per_block
 from gdserve.models.config import ModelConfig
 from tests.helpers import rounded_kv_attention
 
@@ -110,7 +110,23 @@ def test_warm_up_leaves_outputs_unchanged(tiny_llama_dir, tiny_prompts, tiny_exp
     assert gemm_warm_up_rows(2100) == [*range(1, 2049), 2100]
     llm = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=64, kv_cache_memory=1 << 16,
               block_size=4)
-    llm.engine.runner.warm_up(max_num_seqs=8, max_num_tokens=2200)  # past the cache: its forward is capped
+    llm.engine.runner.warm_up(max_num_seqs=8, max_num_tokens=2200, max_model_len=128)  # past the cache: capped
+    assert run_staggered(llm, tiny_prompts, greedy(24)) == tiny_expected
+    assert_no_leaks(llm)
+
+
+def test_a_token_budget_past_max_model_len(tiny_llama_dir, tiny_prompts, tiny_expected):
+    """A step of 300 tokens over a model of 128 positions holds several sequences: the warm-up's
+    (and the GPU's memory profile's) dummy step splits its prefill the same way, never placing a
+    token past the model's positions (the rotary tables end there)."""
+    assert dummy_step_lens(300, 128) == [1, 128, 128, 43]
+    assert dummy_step_lens(1, 128) == [1] and dummy_step_lens(129, 128) == [1, 128]
+    assert dummy_step_blocks(300, 128, 16) == 1 + 8 + 8 + 3
+    llm = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=300, kv_cache_memory=1 << 22,
+              block_size=4)
+    assert llm.engine.max_model_len == 128
+    llm.engine.runner.warm_up(max_num_seqs=16, max_num_tokens=300, max_model_len=128)
+    assert llm.engine.runner.dummy_forward(300, 128).shape[0] == 300
     assert run_staggered(llm, tiny_prompts, greedy(24)) == tiny_expected
     assert_no_leaks(llm)
 
