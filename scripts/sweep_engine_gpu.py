@@ -1,8 +1,10 @@
 """Device diagnostic: `random_workload()` n=256 on the engine (CUDA graphs) once per value of one
 engine argument, in one process, to compare defaults side by side.
 Usage: python3 scripts/sweep_engine_gpu.py [NUM_LAYERS] NAME=V1,V2,... [--tokenizer=DIR|byte-pair]
-(e.g. max_num_batched_tokens=8192,16384; integer values; GDSERVE_SHARED and the tokenizer as for
-bench_gpu.py; writes sweep_engine.json under $OUT)"""
+(e.g. max_num_batched_tokens=8192,16384; integer values; repeat a value to interleave runs. NAME
+`blas` sets torch's preferred BLAS library instead, e.g. blas=cublas,cublaslt. GDSERVE_SHARED and
+the tokenizer as for bench_gpu.py; writes sweep_engine.json under $OUT, each run under its position
+and value)"""
 import gc
 import json
 import os
@@ -31,9 +33,14 @@ def main() -> None:
               "device": torch.cuda.get_device_name(), "argument": name, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         test_gpu.save_model_dir(Path(tmp), num_layers, test_gpu.tokenizer_arg(sys.argv[1:]))
-        for value in values.split(","):
-            run = run_engine(requests, tmp, {"load_format": "dummy", "dtype": "bfloat16", name: int(value)})
-            result["runs"][value] = run
+        for i, value in enumerate(values.split(",")):
+            engine_args = {"load_format": "dummy", "dtype": "bfloat16"}
+            if name == "blas":
+                torch.backends.cuda.preferred_blas_library(value)
+            else:
+                engine_args[name] = int(value)
+            run = run_engine(requests, tmp, engine_args)
+            result["runs"][f"{i}:{value}"] = run
             print(f"{name}={value}", json.dumps(run), flush=True)
             (out / "sweep_engine.json").write_text(json.dumps(result, indent=1))
             gc.collect()  # the finished run's engine (its KV cache is most of the device)
