@@ -428,9 +428,7 @@ class LLMEngine:
         torch.cuda.reset_peak_memory_stats()
         runner = ModelRunner(self.model, self.model_config, dummy_step_blocks(num_tokens, max_len, bs), bs,
                              self.device, self.kv_cache_dtype)
-        hidden = runner.dummy_forward(num_tokens, max_len)
-        self.model.compute_logits(hidden[:self.config.max_num_seqs])
-        del hidden
+        runner.dummy_step(num_tokens, max_len, num_sampled=self.config.max_num_seqs)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         del runner

@@ -71,7 +71,7 @@ class ModelRunner:
             largest -= self.block_size  # a step that large could not fit in the cache either
         hidden = None
         for num_tokens in sorted({1, max(1, largest)}):
-            hidden = self.dummy_forward(num_tokens, max_model_len)
+            hidden = self.dummy_step(num_tokens, max_model_len)
         rows = gemm_warm_up_rows(max_num_tokens)
         for layer in self._distinct_linears():
             x = hidden.new_zeros(rows[-1], layer.in_features)
@@ -82,9 +82,10 @@ class ModelRunner:
             self.model.compute_logits(hidden[:num_rows])
 
     @torch.inference_mode()
-    def dummy_forward(self, num_tokens: int, max_model_len: int) -> torch.Tensor:
+    def dummy_step(self, num_tokens: int, max_model_len: int, num_sampled: int = 0) -> torch.Tensor:
         """A forward over the step dummy_step_lens describes, on blocks 0.. (the caller makes
-        sure they are free and enough: dummy_step_blocks); returns its hidden states."""
+        sure they are free and enough: dummy_step_blocks), and the logits of num_sampled of its
+        rows, as a step sampling that many would; returns the hidden states."""
         lens = dummy_step_lens(num_tokens, max_model_len)
         tables, first = [], 0
         for n in lens:
@@ -92,7 +93,10 @@ class ModelRunner:
             tables.append(list(range(first, first + count)))
             first += count
         positions, meta = AttentionMetadata.build(tables, [0] * len(lens), lens, self.block_size, self.device)
-        return self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
+        hidden = self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
+        if num_sampled:
+            self.model.compute_logits(hidden[:num_sampled])
+        return hidden
 
     def _distinct_linears(self) -> list[torch.nn.Linear]:
         """One linear layer of each GEMM shape the forward runs (the LM head apart: compute_logits
