@@ -1,5 +1,7 @@
 """The offline engine against HF transformers `generate` on the same weights, plus batching,
 prefix caching, preemption, seeding, stop handling and argument checks."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -129,6 +131,28 @@ def test_a_token_budget_past_max_model_len(tiny_llama_dir, tiny_prompts, tiny_ex
     assert llm.engine.runner.dummy_step(300, 128, num_sampled=16).shape[0] == 300  # as the GPU's memory profile runs it
     assert run_staggered(llm, tiny_prompts, greedy(24)) == tiny_expected
     assert_no_leaks(llm)
+
+
+def test_cuda_memory_profile_runs_the_largest_step(tiny_llama_dir, monkeypatch):
+    """The GPU start-up's KV budget, run here with torch.cuda's memory calls stubbed: the profile
+    forwards the whole token budget (split at max_model_len) and samples max_num_seqs rows."""
+    from gdserve.engine.model_runner import ModelRunner
+    llm = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=300, kv_cache_memory=1 << 22,
+              block_size=4, max_num_seqs=16)
+    steps = []
+    dummy_step = ModelRunner.dummy_step
+
+    def recorded(runner, *args, **kwargs):
+        steps.append((runner.kv_cache.shape[2], args, kwargs))
+        return dummy_step(runner, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRunner, "dummy_step", recorded)
+    for name, fn in {"synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
+                     "empty_cache": lambda: None, "max_memory_allocated": lambda *a: 1000,
+                     "get_device_properties": lambda *a: SimpleNamespace(total_memory=10 ** 6)}.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+    assert llm.engine._profile_cuda_budget() == int(10 ** 6 * 0.9) - 1000
+    assert steps == [(dummy_step_blocks(300, 128, 4), (300, 128), {"num_sampled": 16})]
 
 
 def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_expected):
