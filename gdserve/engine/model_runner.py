@@ -25,8 +25,19 @@ def dummy_step_lens(num_tokens: int, max_model_len: int) -> list[int]:
     return [1] + [min(max_model_len, rest - i) for i in range(0, rest, max_model_len)]
 
 
+def dummy_step_tables(num_tokens: int, max_model_len: int,
+                      block_size: int) -> tuple[list[int], list[list[int]]]:
+    """dummy_step_lens, with a block table for each sequence on consecutive blocks from 0."""
+    lens, tables, first = dummy_step_lens(num_tokens, max_model_len), [], 0
+    for n in lens:
+        count = -(-n // block_size)
+        tables.append(list(range(first, first + count)))
+        first += count
+    return lens, tables
+
+
 def dummy_step_blocks(num_tokens: int, max_model_len: int, block_size: int) -> int:
-    return sum(-(-n // block_size) for n in dummy_step_lens(num_tokens, max_model_len))
+    return sum(map(len, dummy_step_tables(num_tokens, max_model_len, block_size)[1]))
 
 
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -86,12 +97,7 @@ class ModelRunner:
         """A forward over the step dummy_step_lens describes, on blocks 0.. (the caller makes
         sure they are free and enough: dummy_step_blocks), and the logits of num_sampled of its
         rows, as a step sampling that many would; returns the hidden states."""
-        lens = dummy_step_lens(num_tokens, max_model_len)
-        tables, first = [], 0
-        for n in lens:
-            count = -(-n // self.block_size)
-            tables.append(list(range(first, first + count)))
-            first += count
+        lens, tables = dummy_step_tables(num_tokens, max_model_len, self.block_size)
         positions, meta = AttentionMetadata.build(tables, [0] * len(lens), lens, self.block_size, self.device)
         hidden = self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
         if num_sampled:

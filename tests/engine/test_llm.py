@@ -7,7 +7,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gdserve import LLM, SamplingParams
-from gdserve.engine.model_runner import dummy_step_blocks, dummy_step_lens, gemm_warm_up_rows, kv_cache_bytes_per_block
+from gdserve.engine.model_runner import (dummy_step_blocks, dummy_step_lens, gemm_warm_up_rows,
+                                         kv_cache_bytes_per_block)
 from gdserve.models.config import ModelConfig
 from tests.helpers import rounded_kv_attention
 
