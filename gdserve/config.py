@@ -4,6 +4,7 @@ from pathlib import Path
 
 import torch
 
+from gdserve.layers.quantization import QUANTIZATIONS
 from gdserve.models.registry import DEFAULT_MODEL
 from gdserve.utils import reject_unknown_fields
 
@@ -19,6 +20,9 @@ class EngineConfig:
     # saturating): twice the blocks, half the bytes each decode step reads
     kv_cache_dtype: str = "auto"
     load_format: str = "auto"             # "dummy": random weights of the model's shapes
+    # None: weights in `dtype`. "fp8": the linear layers (LM head apart) in fp8 e4m3 with a scale per
+    # output channel, activations quantized per token on the fly (W8A8 dynamic; CUDA sm_89+ or CPU)
+    quantization: str | None = None
     max_model_len: int | None = None      # defaults to the model's max_position_embeddings
     max_num_seqs: int = 256
     # Tokens per step. None: 8192 on CUDA (prefill chunks big enough for the GEMMs to run near peak:
@@ -52,6 +56,8 @@ class EngineConfig:
         _check(self.kv_cache_dtype in KV_CACHE_DTYPES or self.kv_cache_dtype == "auto", "kv_cache_dtype",
                f"must be 'auto' or one of {sorted(KV_CACHE_DTYPES)}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
+        _check(self.quantization is None or self.quantization in QUANTIZATIONS, "quantization",
+               f"must be None or one of {list(QUANTIZATIONS)}")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
 

@@ -4,9 +4,11 @@ engine (CUDA graphs, then --enforce-eager) and on HF `generate` (static batches 
 guided_workload() n=256 guided against the same work unguided. Llama-3-8B shape, bf16, random
 weights on both sides. Needs the standard workloads: GDSERVE_SHARED=<folder holding
 bench/workload.py and guided_schemas.json>.
-Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--fp8-kv] [--tokenizer=DIR|byte-pair]
-(writes bench_gpu.json under $OUT; --guided-only: the guided against unguided run alone; --fp8-kv:
-the engine again with an fp8 KV cache, after the bf16 one; the tokenizer: SmolLM2's, saved to
+Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--fp8-kv] [--fp8-weights]
+[--tokenizer=DIR|byte-pair] (writes bench_gpu.json under $OUT; --guided-only: the guided against
+unguided run alone; --fp8-kv: the engine again with an fp8 KV cache, after the bf16 one;
+--fp8-weights: the engine again with `quantization="fp8"` (W8A8), with the bf16 and then the fp8
+KV cache, and the bf16 engine after them; the tokenizer: SmolLM2's, saved to
 build/tokenizer by `make gpu-carry`, by default)"""
 import gc
 import json
@@ -53,6 +55,13 @@ def main() -> None:
             if "--fp8-kv" in sys.argv:
                 record("engine_fp8_kv", run_engine(requests, tmp, {**engine_args, "kv_cache_dtype": "fp8"}))
                 result["fp8_kv_over_bf16"] = result["engine_fp8_kv"]["tokens_per_s"] / result["engine"]["tokens_per_s"]
+            if "--fp8-weights" in sys.argv:
+                fp8 = {**engine_args, "quantization": "fp8"}
+                record("engine_fp8_weights", run_engine(requests, tmp, fp8))
+                record("engine_fp8_weights_fp8_kv", run_engine(requests, tmp, {**fp8, "kv_cache_dtype": "fp8"}))
+                record("engine_again", run_engine(requests, tmp, engine_args))  # the bf16 run's drift
+                for key in ("engine_fp8_weights", "engine_fp8_weights_fp8_kv"):
+                    result[f"{key}_over_bf16"] = result[key]["tokens_per_s"] / result["engine"]["tokens_per_s"]
             record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))
         record("guided", run_guided_vs_unguided(workloads.guided_workload(n=256), tmp, engine_args))
         if "--skip-hf" not in sys.argv and not guided_only:

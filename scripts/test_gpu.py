@@ -371,20 +371,24 @@ def hf_first_logprobs(hf, prompt: list[int]):
 
 
 def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, dtype: str = "bfloat16",
-                 max_num_batched_tokens: int = 512, kv_cache_dtype: str = "auto") -> dict:
+                 max_num_batched_tokens: int = 512, kv_cache_dtype: str = "auto",
+                 quantization: str | None = None) -> dict:
     """Greedy tokens against HF on the same weights, and the first token's logprob (computed by
     the prefill, chunked when max_num_batched_tokens is small) against HF's: the second is a
     numeric check that near-ties in random-weight logits cannot blur. With an fp8 cache, HF's
-    attention sees K and V rounded as the cache stores them."""
+    attention sees K and V rounded as the cache stores them; with fp8 weights, HF's linear layers
+    see their weights and inputs rounded as W8A8 rounds them."""
     import torch
     from transformers import AutoConfig
     from gdserve import LLM, SamplingParams
     from gdserve.config import EngineConfig
-    from tests.helpers import rounded_kv_attention
+    from gdserve.models.loader import load_model
+    from tests.helpers import fake_quant_fp8_linears, rounded_kv_attention
     with tempfile.TemporaryDirectory() as tmp:
         save_model_dir(Path(tmp), num_layers)
         llm = LLM(tmp, load_format="dummy", dtype=dtype, gpu_memory_utilization=0.5,
-                  max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype)
+                  max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
+                  quantization=quantization)
         prompts = make_prompts()
         start = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
@@ -393,7 +397,13 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         attention = "sdpa"
         if kv_cache_dtype != "auto":
             attention = rounded_kv_attention(EngineConfig(kv_cache_dtype=kv_cache_dtype).torch_kv_cache_dtype())
-        hf = hf_model_from(llm.engine.model, AutoConfig.from_pretrained(tmp), attention=attention)
+        # The dummy weights again, unquantized (the same seed), for HF to round its own way.
+        source = llm.engine.model if quantization is None else \
+            load_model(tmp, getattr(torch, dtype), DEVICE, load_format="dummy")[0]
+        hf = hf_model_from(source, AutoConfig.from_pretrained(tmp), attention=attention)
+        if quantization is not None:
+            fake_quant_fp8_linears(hf)
+        del source
     ours = [o.outputs[0].token_ids for o in outs]
     first_lp_err = []
     for p, o in zip(prompts, outs):
@@ -402,7 +412,8 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         ours_lp = entry[token] if isinstance(entry, dict) else entry
         ours_lp = getattr(ours_lp, "logprob", ours_lp)
         first_lp_err.append(abs(float(ours_lp) - float(hf_first_logprobs(hf, p)[token])))
-    if dtype == "bfloat16" and kv_cache_dtype == "auto":  # how far bf16 sits from float32, ours and HF's
+    plain_bf16 = dtype == "bfloat16" and kv_cache_dtype == "auto" and quantization is None
+    if plain_bf16:  # how far bf16 sits from float32, ours and HF's
         hf32 = hf_model_from(llm.engine.model, hf.config, torch.float32)
         truth = [hf_first_logprobs(hf32, p) for p in prompts]
         ours_vs_fp32 = [abs(float(getattr(o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]], "logprob",
@@ -421,16 +432,20 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152, {dtype}, dummy weights",
-            "kv_cache_dtype": kv_cache_dtype,
+            "kv_cache_dtype": kv_cache_dtype, "quantization": quantization,
             "max_num_batched_tokens": max_num_batched_tokens,
             "prompts": len(prompts), "tokens_each": steps, "identical_fraction": identical,
             "first_token_logprob_abs_err_max": max(first_lp_err),
             "first_token_logprob_abs_err_mean": sum(first_lp_err) / len(first_lp_err),
             **({"ours_bf16_vs_hf_fp32_first_logprob_err_max": max(ours_vs_fp32),
                 "hf_bf16_vs_hf_fp32_logprob_err_max": max(hf_vs_fp32)}
-               if dtype == "bfloat16" and kv_cache_dtype == "auto" else {}),
+               if plain_bf16 else {}),
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
             "passed": identical >= 0.95 or near_ties}
+
+
+CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",
+          "engine_fp8_weights": "fp8 weights (W8A8)"}
 
 
 def main() -> int:
@@ -454,7 +469,9 @@ def main() -> int:
         # HF's bf16 attention against our kernels' float16 dots over the same rounded K/V: their
         # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125; session 25's first run).
         results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
-        for key in ("engine_unchunked", "engine_fp32", "engine_fp8_kv"):
+        # Each input rounded to fp8 turns HF's bf16 rounding differences into whole fp8 steps.
+        results["engine_fp8_weights"] = engine_check(quantization="fp8", tolerance=0.25)
+        for key in CHECKS:
             log(key, json.dumps(results[key], indent=1))
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel
         results["engine"] = {"passed": False, "error": f"{e!r}: put its wheel in build/gpu-wheels"}
@@ -479,8 +496,8 @@ def main() -> int:
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "
         f"identical {engine.get('identical_fraction')} divergences {engine.get('divergences', engine.get('error'))}")
-    checks = [results.get(k) for k in ("engine_unchunked", "engine_fp32", "engine_fp8_kv")]
-    for key, check in zip(("unchunked", "float32", "fp8 KV cache"), checks):
+    checks = [results.get(k) for k in CHECKS]
+    for key, check in zip(CHECKS.values(), checks):
         if check is not None:
             log(f"engine vs HF greedy, {key}: {'PASS' if check['passed'] else 'FAIL'} "
                 f"identical {check['identical_fraction']}")

@@ -7,6 +7,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
 
 from gdserve.kernels.kv_cache import to_cache_dtype
+from gdserve.kernels.quant import dequant_fp8_rowwise, quant_fp8_rowwise_reference
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.llama import LlamaForCausalLM
 
@@ -32,6 +33,22 @@ def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
 
     AttentionInterface.register(name, attention)
     return name
+
+
+@torch.no_grad()
+def fake_quant_fp8_linears(model: torch.nn.Module) -> None:
+    """Make an HF model compute as `quantization="fp8"` does (W8A8 dynamic): every linear layer
+    but the LM head with its weight rounded to fp8 per output channel and its input per token."""
+    head = model.get_output_embeddings()
+
+    def rounded(x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        return dequant_fp8_rowwise(*quant_fp8_rowwise_reference(rows), x.dtype).view_as(x)
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            module.weight.copy_(rounded(module.weight))
+            module.register_forward_pre_hook(lambda _, args: (rounded(args[0]), *args[1:]))
 
 
 @torch.no_grad()

@@ -25,3 +25,10 @@ def test_kv_cache_dtype_defaults_to_the_models_and_takes_fp8():
     assert EngineConfig(device="cpu", kv_cache_dtype="fp8_e5m2").torch_kv_cache_dtype() == torch.float8_e5m2
     with pytest.raises(ValueError, match="kv_cache_dtype must be 'auto' or one of"):
         EngineConfig(kv_cache_dtype="int8")
+
+
+def test_quantization_takes_fp8_and_names_a_bad_value():
+    assert EngineConfig(device="cpu").quantization is None
+    assert EngineConfig(device="cpu", quantization="fp8").quantization == "fp8"
+    with pytest.raises(ValueError, match=r"quantization must be None or one of \['fp8'\]"):
+        EngineConfig(device="cpu", quantization="awq")

@@ -110,6 +110,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     result = {"command": " ".join(["gdserve"] + sys.argv[1:]), "workload": args.workload,
               "num_requests": len(requests), "model": args.model, "device": str(config.torch_device()),
               "dtype": str(config.torch_dtype()), "kv_cache_dtype": str(config.torch_kv_cache_dtype()),
+              "quantization": config.quantization,
               "torch_threads": torch.get_num_threads(),
               "machine": platform.processor() or platform.machine()}
     if "guided" in args.workload:

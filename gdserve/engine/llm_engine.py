@@ -67,7 +67,8 @@ class LLMEngine:
         self.kv_cache_dtype = config.torch_kv_cache_dtype()
         torch.manual_seed(config.seed)
         path = resolve_model(config.model)
-        self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format)
+        self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format,
+                                                     config.quantization)
         self.tokenizer = load_tokenizer(resolve_model(config.tokenizer) if config.tokenizer else path)
         self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
         self.max_model_len = self._max_model_len()

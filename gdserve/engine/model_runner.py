@@ -7,6 +7,7 @@ from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.layers.quantization import Fp8Linear
 from gdserve.models.config import ModelConfig
 from gdserve.utils import to_device
 
@@ -104,13 +105,13 @@ class ModelRunner:
             self.model.compute_logits(hidden[:num_sampled])
         return hidden
 
-    def _distinct_linears(self) -> list[torch.nn.Linear]:
+    def _distinct_linears(self) -> list[torch.nn.Module]:
         """One linear layer of each GEMM shape the forward runs (the LM head apart: compute_logits
         takes at most max_num_seqs rows)."""
         head = getattr(self.model, "lm_head", None)
         layers = {}
         for layer in self.model.modules():
-            if isinstance(layer, torch.nn.Linear) and layer is not head:
+            if isinstance(layer, (torch.nn.Linear, Fp8Linear)) and layer is not head:
                 key = (layer.in_features, layer.out_features, layer.bias is not None, layer.weight.dtype)
                 layers.setdefault(key, layer)
         return list(layers.values())

@@ -3,6 +3,7 @@ import argparse
 import sys
 
 from gdserve.config import KV_CACHE_DTYPES
+from gdserve.layers.quantization import QUANTIZATIONS
 from gdserve.models.registry import DEFAULT_MODEL
 
 
@@ -11,6 +12,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES],
                         help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
+    parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS,
+                        help="fp8: linear layers in fp8 e4m3 (a scale per output channel), activations "
+                             "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU)")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (default: 8192 on CUDA, 2048 on CPU)")
@@ -30,6 +34,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(dtype=args.dtype, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                quantization=args.quantization,
                 max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,

@@ -14,6 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from gdserve.layers.quantization import QUANTIZATIONS, quantize_linears
 from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
 from gdserve.models.llama import LlamaForCausalLM
@@ -99,11 +100,14 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-               load_format: str = "auto") -> tuple[LlamaForCausalLM, ModelConfig]:
+               load_format: str = "auto", quantization: str | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Build our model from an HF-format directory. load_format "dummy" needs only config.json
-    and fills deterministic random weights (benchmarks with real shapes)."""
+    and fills deterministic random weights (benchmarks with real shapes). quantization (one of
+    QUANTIZATIONS) quantizes the loaded weights."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format {load_format!r}: expected one of {', '.join(LOAD_FORMATS)}")
+    if quantization is not None:
+        _check_quantization(quantization, torch.device(device))
     path = Path(path)
     config = ModelConfig.from_hf(AutoConfig.from_pretrained(path))
     model = _build(config, dtype, device)
@@ -111,7 +115,18 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
         _init_dummy(model)
     else:
         model.load_weights(_safetensors_weights(path))
+    if quantization is not None:
+        quantize_linears(model, quantization, skip=(model.lm_head,))
     return model.eval(), config
+
+
+def _check_quantization(method: str, device: torch.device) -> None:
+    if method not in QUANTIZATIONS:
+        raise ValueError(f"quantization {method!r}: expected one of {', '.join(QUANTIZATIONS)}")
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ValueError(f"quantization {method} needs fp8 tensor cores (compute capability 8.9 or "
+                         f"higher: Ada, Hopper); {torch.cuda.get_device_name(device)} is {major}.{minor}")
 
 
 def _build(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> LlamaForCausalLM:

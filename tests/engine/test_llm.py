@@ -9,8 +9,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from gdserve import LLM, SamplingParams
 from gdserve.engine.model_runner import (dummy_step_blocks, dummy_step_lens, gemm_warm_up_rows,
                                          kv_cache_bytes_per_block)
+from gdserve.layers.quantization import Fp8Linear
 from gdserve.models.config import ModelConfig
-from tests.helpers import rounded_kv_attention
+from tests.helpers import fake_quant_fp8_linears, rounded_kv_attention
 
 PROMPTS = [
     "The capital of France is",
@@ -33,10 +34,13 @@ PROMPTS = [
 
 
 def hf_greedy(model_dir, prompt_ids: list[list[int]], max_new_tokens: int,
-              kv_cache_dtype: torch.dtype | None = None) -> list[list[int]]:
-    """HF's greedy tokens in float32; with kv_cache_dtype, attention sees K and V rounded to it."""
+              kv_cache_dtype: torch.dtype | None = None, fp8_weights: bool = False) -> list[list[int]]:
+    """HF's greedy tokens in float32; with kv_cache_dtype, attention sees K and V rounded to it;
+    with fp8_weights, its linear layers compute as W8A8 fp8 does."""
     attention = "sdpa" if kv_cache_dtype is None else rounded_kv_attention(kv_cache_dtype)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attention).eval()
+    if fp8_weights:
+        fake_quant_fp8_linears(model)
     outs = []
     for ids in prompt_ids:
         with torch.inference_mode():
@@ -180,6 +184,20 @@ def test_fp8_kv_cache_matches_hf_with_rounded_kv(tiny_llama_dir, tiny_prompts, k
               kv_cache_memory=4 * per_block, block_size=4, max_model_len=64)
     assert llm.engine.kv_cache.num_blocks == 16
     assert run_staggered(llm, tiny_prompts, greedy(24)) == hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch_dtype)
+    assert llm.engine.scheduler.num_preemptions > 0
+    assert_no_leaks(llm)
+
+
+def test_fp8_weights_match_hf_with_rounded_linears(tiny_llama_dir, tiny_prompts):
+    """quantization="fp8" (W8A8) gives HF's greedy tokens when HF's linear layers see their weights
+    and inputs rounded the same way, through preemptions and a staggered batch, beside an fp8 cache."""
+    llm = LLM(str(tiny_llama_dir), dtype="float32", quantization="fp8", kv_cache_dtype="fp8",
+              max_num_batched_tokens=64, kv_cache_memory=1 << 14, block_size=4, max_model_len=64)
+    assert all(m.weight.dtype == torch.float8_e4m3fn for m in llm.engine.model.modules() if isinstance(m, Fp8Linear))
+    assert sum(isinstance(m, Fp8Linear) for m in llm.engine.model.modules()) == 4 * 2  # qkv, o, gate_up, down
+    expected = hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch.float8_e4m3fn, fp8_weights=True)
+    assert run_staggered(llm, tiny_prompts, greedy(24)) == expected
+    assert expected != hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch.float8_e4m3fn)  # the rounding shows
     assert llm.engine.scheduler.num_preemptions > 0
     assert_no_leaks(llm)
 

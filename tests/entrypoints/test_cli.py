@@ -27,8 +27,10 @@ def test_commands_load_without_the_server_dependencies(command):
     assert "usage: gdserve" in done.stdout
 
 
-def test_bad_kv_cache_dtype_is_refused_naming_the_choices():
-    done = subprocess.run([sys.executable, "-m", "gdserve.entrypoints.cli", "serve", "--kv-cache-dtype", "int8"],
+@pytest.mark.parametrize("flag,value,choice", [("--kv-cache-dtype", "int8", "fp8_e5m2"),
+                                               ("--quantization", "awq", "fp8")])
+def test_a_bad_choice_is_refused_naming_the_choices(flag, value, choice):
+    done = subprocess.run([sys.executable, "-m", "gdserve.entrypoints.cli", "serve", flag, value],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "--kv-cache-dtype" in done.stderr and "fp8_e5m2" in done.stderr
+    assert flag in done.stderr and choice in done.stderr

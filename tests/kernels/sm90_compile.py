@@ -116,6 +116,11 @@ def silu_and_mul(dtype: torch.dtype = BF16) -> None:
     silu_and_mul_triton(torch.zeros(4, 2 * 14336, dtype=dtype))
 
 
+def quant_fp8(cols: int, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.quant import quant_fp8_rowwise_triton
+    quant_fp8_rowwise_triton(torch.zeros(4, cols, dtype=dtype))
+
+
 def _cases() -> dict[str, Callable[[], None]]:
     cases = {}
     for head_dim in (64, 128):
@@ -141,6 +146,9 @@ def _cases() -> dict[str, Callable[[], None]]:
         cases[f"rms-norm-{hidden}"] = lambda h=hidden: rms_norm(h, residual=False)
         cases[f"rms-norm-residual-{hidden}"] = lambda h=hidden: rms_norm(h, residual=True)
     cases["silu-and-mul-bf16"] = silu_and_mul
+    for cols in (4096, 14336):  # the GEMM inputs of Llama-3-8B: hidden, intermediate
+        cases[f"quant-fp8-{cols}"] = lambda c=cols: quant_fp8(c)
+    cases["quant-fp8-fp32"] = lambda: quant_fp8(576, FP32)
     return cases
 
 

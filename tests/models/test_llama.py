@@ -5,6 +5,7 @@ from transformers import LlamaConfig, MistralConfig, Qwen2Config
 
 from gdserve.models import load_model
 from gdserve.layers.attention import AttentionMetadata
+from gdserve.layers.quantization import Fp8Linear
 from tests.helpers import (TINY_LLAMA, bind_kv_cache, hf_logits, run_chunks,
                            run_prefill_and_decode, save_random_hf_model)
 
@@ -111,3 +112,21 @@ def test_dummy_load_is_deterministic_and_finite(tiny_llama_dir):
 def test_unknown_load_format(tiny_llama_dir):
     with pytest.raises(ValueError, match="load_format 'pt'"):
         load_model(tiny_llama_dir, load_format="pt")
+
+
+def test_fp8_quantization_of_dummy_weights_keeps_the_head_and_runs(tiny_llama_dir):
+    model, _ = load_model(tiny_llama_dir, load_format="dummy", dtype=torch.bfloat16, quantization="fp8")
+    quantized = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    assert len(quantized) == 2 * 4 and all(m.weight.dtype == torch.float8_e4m3fn for m in quantized)
+    assert model.lm_head.weight.dtype == torch.bfloat16
+    logits = run_prefill_and_decode(model, TOKENS, prompt_len=10)
+    assert logits.isfinite().all()
+
+
+def test_fp8_quantization_needs_fp8_tensor_cores(tiny_llama_dir, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    with pytest.raises(ValueError, match=r"quantization fp8 needs fp8 tensor cores .* NVIDIA A100 is 8.0"):
+        load_model(tiny_llama_dir, device="cuda", quantization="fp8")
+    with pytest.raises(ValueError, match="quantization 'int8': expected one of fp8"):
+        load_model(tiny_llama_dir, quantization="int8")

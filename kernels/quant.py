@@ -1,0 +1,29 @@
+"""fp8 (e4m3) quantization with one float32 scale per row: activations per token, weights per
+output channel (W8A8, as vLLM's dynamic fp8). x ~= q * scale, each row's largest |x| at +-448."""
+import torch
+
+from gdserve.kernels.triton import use_triton
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
+# An all-zero row still gets a positive, finite scale (vLLM's floor).
+MIN_SCALE = 1.0 / (FP8_MAX * 512)
+
+
+def quant_fp8_rowwise_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (q [M, K] float8_e4m3fn, scale [M, 1] float32), rounding to nearest even."""
+    h = x.float()
+    scale = (h.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=MIN_SCALE)
+    return (h / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+
+
+def quant_fp8_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quant_fp8_rowwise_reference in one pass over x (Triton on CUDA)."""
+    if use_triton(x, "quant_fp8") and x.dim() == 2 and x.stride(1) == 1:
+        from gdserve.kernels.triton.quant import quant_fp8_rowwise_triton
+        return quant_fp8_rowwise_triton(x)
+    return quant_fp8_rowwise_reference(x)
+
+
+def dequant_fp8_rowwise(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (q.float() * scale).to(dtype)
