@@ -403,24 +403,26 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         hf = hf_model_from(source, AutoConfig.from_pretrained(tmp), attention=attention)
         if quantization is not None:
             fake_quant_fp8_linears(hf)
-        del source
     ours = [o.outputs[0].token_ids for o in outs]
-    first_lp_err = []
-    for p, o in zip(prompts, outs):
-        token = o.outputs[0].token_ids[0]
-        entry = o.outputs[0].logprobs[0]
-        ours_lp = entry[token] if isinstance(entry, dict) else entry
-        ours_lp = getattr(ours_lp, "logprob", ours_lp)
-        first_lp_err.append(abs(float(ours_lp) - float(hf_first_logprobs(hf, p)[token])))
-    plain_bf16 = dtype == "bfloat16" and kv_cache_dtype == "auto" and quantization is None
-    if plain_bf16:  # how far bf16 sits from float32, ours and HF's
-        hf32 = hf_model_from(llm.engine.model, hf.config, torch.float32)
+    ours_lps = [first_logprob(o.outputs[0]) for o in outs]
+    hf_lps = [hf_first_logprobs(hf, p) for p in prompts]
+    first_lp_err = [abs(lp - float(h[o[0]])) for lp, h, o in zip(ours_lps, hf_lps, ours)]
+    against_fp32 = {}
+    if dtype == "bfloat16" and kv_cache_dtype == "auto":  # how far bf16 sits from float32, ours and HF's
+        hf32 = hf_model_from(source, hf.config, torch.float32)
+        if quantization is not None:
+            fake_quant_fp8_linears(hf32)
         truth = [hf_first_logprobs(hf32, p) for p in prompts]
-        ours_vs_fp32 = [abs(float(getattr(o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]], "logprob",
-                                              o.outputs[0].logprobs[0][o.outputs[0].token_ids[0]])) -
-                            float(t[o.outputs[0].token_ids[0]])) for o, t in zip(outs, truth)]
-        hf_vs_fp32 = [float((hf_first_logprobs(hf, p) - t).abs().max()) for p, t in zip(prompts, truth)]
+        ours_vs_fp32 = [abs(lp - float(t[o[0]])) for lp, t, o in zip(ours_lps, truth, ours)]
+        hf_vs_fp32 = [abs(float(h[o[0]] - t[o[0]])) for h, t, o in zip(hf_lps, truth, ours)]
+        against_fp32 = {"ours_bf16_vs_hf_fp32_first_logprob_err_max": max(ours_vs_fp32),
+                        "ours_bf16_vs_hf_fp32_first_logprob_err_mean": sum(ours_vs_fp32) / len(prompts),
+                        "hf_bf16_vs_hf_fp32_first_logprob_err_max": max(hf_vs_fp32),
+                        "hf_bf16_vs_hf_fp32_first_logprob_err_mean": sum(hf_vs_fp32) / len(prompts),
+                        "hf_bf16_vs_hf_fp32_logprob_err_max_over_vocab":
+                            max(float((h - t).abs().max()) for h, t in zip(hf_lps, truth))}
         del hf32
+    del source
     theirs = [hf_greedy(hf, p, steps) for p in prompts]
     same = [a == b for a, b in zip(ours, theirs)]
     divergences = [dict(prompt=i, **dict(zip(("position", "hf_margin"), first_divergence_gap(hf, prompts[i], ours[i],
@@ -437,11 +439,26 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
             "prompts": len(prompts), "tokens_each": steps, "identical_fraction": identical,
             "first_token_logprob_abs_err_max": max(first_lp_err),
             "first_token_logprob_abs_err_mean": sum(first_lp_err) / len(first_lp_err),
-            **({"ours_bf16_vs_hf_fp32_first_logprob_err_max": max(ours_vs_fp32),
-                "hf_bf16_vs_hf_fp32_logprob_err_max": max(hf_vs_fp32)}
-               if plain_bf16 else {}),
+            **against_fp32,
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
-            "passed": identical >= 0.95 or near_ties}
+            "passed": identical >= 0.95 or near_ties or as_close_as_hf(against_fp32, quantization)}
+
+
+def first_logprob(completion) -> float:
+    """The logprob our engine gave its own first token."""
+    entry = completion.logprobs[0]
+    lp = entry[completion.token_ids[0]] if isinstance(entry, dict) else entry
+    return float(getattr(lp, "logprob", lp))
+
+
+def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
+    """With fp8 activations, bf16's rounding differences become whole fp8 steps wherever a value
+    sits near a rounding boundary, and greedy runs part early on random weights: then the check
+    is that ours is no further from float32 W8A8 than HF's own bf16 W8A8 is."""
+    if quantization is None or not against_fp32:
+        return False
+    return against_fp32["ours_bf16_vs_hf_fp32_first_logprob_err_mean"] <= \
+        1.5 * against_fp32["hf_bf16_vs_hf_fp32_first_logprob_err_mean"]
 
 
 CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",

@@ -121,6 +121,13 @@ def quant_fp8(cols: int, dtype: torch.dtype = BF16) -> None:
     quant_fp8_rowwise_triton(torch.zeros(4, cols, dtype=dtype))
 
 
+def fp8_gemm(rows: int, config: tuple | None = None) -> None:
+    from gdserve.kernels.triton.fp8_gemm import DEFAULT_CONFIG, fp8_gemm_triton
+    fp8 = torch.float8_e4m3fn
+    a, w = torch.zeros(rows, 4096, dtype=fp8), torch.zeros(6144, 4096, dtype=fp8)
+    fp8_gemm_triton(a, torch.ones(rows, 1), w, torch.ones(1, 6144), BF16, config or DEFAULT_CONFIG)
+
+
 def _cases() -> dict[str, Callable[[], None]]:
     cases = {}
     for head_dim in (64, 128):
@@ -149,6 +156,8 @@ def _cases() -> dict[str, Callable[[], None]]:
     for cols in (4096, 14336):  # the GEMM inputs of Llama-3-8B: hidden, intermediate
         cases[f"quant-fp8-{cols}"] = lambda c=cols: quant_fp8(c)
     cases["quant-fp8-fp32"] = lambda: quant_fp8(576, FP32)
+    cases["fp8-gemm"] = lambda: fp8_gemm(64)
+    cases["fp8-gemm-split-k"] = lambda: fp8_gemm(16, (16, 64, 256, 4, 4, 4))
     return cases
 
 
