@@ -4,8 +4,8 @@ import torch
 from gdserve.kernels.triton import use_triton
 
 # Rows up to which the Triton kernel beats torch._scaled_mm's row-wise kernel (an H200, Llama-3-8B
-# shapes: scripts/fp8_gemm_gpu.py).
-TRITON_MAX_ROWS = 256
+# shapes, session 28: 1.3-1.6x up to 128 rows, none from 192: scripts/fp8_gemm_gpu.py).
+TRITON_MAX_ROWS = 128
 
 
 def fp8_gemm_reference(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,

@@ -6,6 +6,9 @@ from gdserve.kernels.triton import use_triton
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
+# The scale is amax times this float32 constant, not amax / 448: torch on CUDA divides by a
+# Python scalar that way, and the kernels must round as the reference does on either device.
+FP8_MAX_INV = 1.0 / FP8_MAX
 # An all-zero row still gets a positive, finite scale (vLLM's floor).
 MIN_SCALE = 1.0 / (FP8_MAX * 512)
 
@@ -13,7 +16,7 @@ MIN_SCALE = 1.0 / (FP8_MAX * 512)
 def quant_fp8_rowwise_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (q [M, K] float8_e4m3fn, scale [M, 1] float32), rounding to nearest even."""
     h = x.float()
-    scale = (h.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=MIN_SCALE)
+    scale = (h.abs().amax(dim=-1, keepdim=True) * FP8_MAX_INV).clamp(min=MIN_SCALE)
     return (h / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
 
 

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_gpu  # noqa: E402  (makes gdserve importable)
 from gemm_sweep_gpu import SHAPES, graph_time_us  # noqa: E402
 
-MS = [int(m) for m in os.environ.get("MS", "1,16,32,64,128,192,256,512,2048,8192").split(",")]
+MS = [int(m) for m in os.environ.get("MS", "1,16,32,64,128,192,256,2048,8192").split(",")]
+TUNED_ROWS = (16, 32, 64, 128)  # the row buckets of fp8_gemm_configs.TUNED_SM90 (TRITON_MAX_ROWS)
 LAYER = ("qkv", "o", "gate_up", "down")
 # (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
 CONFIGS = [(bm, bn, bk, sk, 4 if bm * bn <= 64 * 64 else 8, st)
@@ -47,7 +48,7 @@ def main() -> None:
     test_gpu.setup_imports()
     from gdserve.kernels.fp8_gemm import fp8_gemm_reference
     from gdserve.kernels.quant import quant_fp8_rowwise
-    from gdserve.kernels.triton.fp8_gemm import DEFAULT_CONFIG, fp8_gemm_triton
+    from gdserve.kernels.triton.fp8_gemm import fp8_gemm_triton
     from gdserve.layers.quantization import Fp8Linear
     torch.manual_seed(0)
     do_sweep = os.environ.get("SWEEP", "1") != "0"
@@ -71,15 +72,14 @@ def main() -> None:
                     q, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
             }
             if M <= 256:
-                row["triton_default"] = graph_time_us(
-                    lambda: fp8_gemm_triton(q, scale, w, w_scale, torch.bfloat16, DEFAULT_CONFIG))
-                if do_sweep:
+                row["triton_default"] = graph_time_us(lambda: fp8_gemm_triton(q, scale, w, w_scale, torch.bfloat16))
+                if do_sweep and M in TUNED_ROWS:
                     expected = fp8_gemm_reference(q, scale, w, w_scale, torch.float32)
                     best, timed = sweep(q, scale, w, w_scale, expected)
                     sweeps[f"{name}/{M}"] = timed
                     row["triton_best"], row["triton_best_config"] = timed[str(tuple(best))][0], best
                     row["triton_best_err"] = timed[str(tuple(best))][1]
-            row = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}
+            row = {k: (round(v, 1) if isinstance(v, float) and not k.endswith("err") else v) for k, v in row.items()}
             results[f"{name}/{M}"] = row
             print(f"{name}/{M}", json.dumps(row), flush=True)
     summary = {}
@@ -87,12 +87,16 @@ def main() -> None:
         keys = [k for k in ("bf16", "fp8_layer", "quant", "rowwise_scaled_mm", "tensorwise_scaled_mm",
                             "triton_default", "triton_best") if k in results[f"qkv/{M}"]]
         summary[M] = {k: round(sum(results[f"{n}/{M}"][k] for n in LAYER), 1) for k in keys}
-        if do_sweep and M <= 256:  # the one tile best for the whole layer at this M
+        if do_sweep and M in TUNED_ROWS:  # the one tile best for the whole layer at this M
             common = set.intersection(*(set(sweeps[f"{n}/{M}"]) for n in LAYER))
             total = {c: sum(sweeps[f"{n}/{M}"][c][0] for n in LAYER) for c in common}
             best = min(total, key=total.get)
             summary[M]["triton_one_config"], summary[M]["one_config"] = round(total[best], 1), best
     print("per layer (qkv + o + gate_up + down), us:", json.dumps(summary, indent=1), flush=True)
+    if do_sweep:
+        table = {SHAPES[n][::-1]: {M: tuple(results[f"{n}/{M}"]["triton_best_config"]) for M in TUNED_ROWS
+                                   if f"{n}/{M}" in results} for n in LAYER}
+        print("TUNED_SM90 =", "{\n" + "".join(f"    {k}: {v},\n" for k, v in table.items()) + "}", flush=True)
     out = Path(os.environ.get("OUT", "/tmp"))
     (out / "fp8_gemm.json").write_text(json.dumps({"shapes": results, "per_layer": summary, "sweeps": sweeps},
                                                   indent=1))

@@ -6,11 +6,13 @@ import torch
 import triton
 import triton.language as tl
 
+from gdserve.kernels.triton.fp8_gemm_configs import Config, config_for
+
 
 @triton.jit
 def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, a_scale_ptr, w_scale_ptr, M, N, K, stride_am, stride_wn, stride_om,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                     EVEN_K: tl.constexpr):
+                     EVEN_K: tl.constexpr, PROMOTE_EVERY: tl.constexpr):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -25,7 +27,10 @@ def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, a_scale_ptr, w_scale_ptr, M, N, K, s
         else:
             a = tl.load(a_ptrs + k, mask=(rm[:, None] < M) & (k + rk[None, :] < K), other=0.0)
             w = tl.load(w_ptrs + k, mask=(rn[None, :] < N) & (k + rk[:, None] < K), other=0.0)
-        acc = tl.dot(a, w, acc)
+        # Hopper's fp8 MMAs accumulate with fewer bits than float32 (Triton's default on sm_90
+        # never corrects it: errors ~1% over K = 14336); add the partial sums into a float32
+        # accumulator every PROMOTE_EVERY products, as CUTLASS does every 128.
+        acc = tl.dot(a, w, acc, max_num_imprecise_acc=PROMOTE_EVERY)
     a_scale = tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)
     w_scale = tl.load(w_scale_ptr + rn, mask=rn < N, other=0.0)
     acc = acc * a_scale[:, None] * w_scale[None, :]
@@ -37,17 +42,13 @@ def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, a_scale_ptr, w_scale_ptr, M, N, K, s
         tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
-Config = tuple[int, int, int, int, int, int]
-DEFAULT_CONFIG: Config = (64, 64, 128, 1, 4, 4)
-
-
 def fp8_gemm_triton(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-                    out_dtype: torch.dtype, config: Config = DEFAULT_CONFIG) -> torch.Tensor:
-    """a [M, K] and w [N, K] float8_e4m3fn (K contiguous), a_scale [M, 1], w_scale [1, N] float32."""
+                    out_dtype: torch.dtype, config: Config | None = None) -> torch.Tensor:
+    """a [M, K] and w [N, K] float8_e4m3fn (K contiguous), a_scale [M, 1], w_scale [1, N] float32;
+    config: the tiles (default: config_for the shape)."""
     assert a.stride(1) == 1 and w.stride(1) == 1 and a.shape[1] == w.shape[1]
     (M, K), N = a.shape, w.shape[0]
-    block_m, block_n, block_k, split_k, warps, stages = config
+    block_m, block_n, block_k, split_k, warps, stages = config or config_for(M, N, K, a.device)
     # Split over K, the programs add float32 partial sums into one zeroed buffer.
     out = torch.zeros(M, N, dtype=torch.float32, device=a.device) if split_k > 1 else \
         torch.empty(M, N, dtype=out_dtype, device=a.device)
@@ -55,5 +56,6 @@ def fp8_gemm_triton(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_s
         grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
         _fp8_gemm_kernel[grid](a, w, out, a_scale, w_scale, M, N, K, a.stride(0), w.stride(0), out.stride(0),
                                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-                               EVEN_K=K % block_k == 0, num_warps=warps, num_stages=stages)
+                               EVEN_K=K % block_k == 0, PROMOTE_EVERY=min(block_k, 128),
+                               num_warps=warps, num_stages=stages)
     return out.to(out_dtype)

@@ -122,10 +122,14 @@ def quant_fp8(cols: int, dtype: torch.dtype = BF16) -> None:
 
 
 def fp8_gemm(rows: int, config: tuple | None = None) -> None:
-    from gdserve.kernels.triton.fp8_gemm import DEFAULT_CONFIG, fp8_gemm_triton
+    from gdserve.kernels.triton.fp8_gemm import fp8_gemm_triton
+    from gdserve.kernels.triton.fp8_gemm_configs import TUNED_SM90
     fp8 = torch.float8_e4m3fn
+    configs = [config] if config else sorted({c for table in TUNED_SM90.values() for c in table.values()}) or \
+        [(64, 64, 256, 1, 4, 3)]
     a, w = torch.zeros(rows, 4096, dtype=fp8), torch.zeros(6144, 4096, dtype=fp8)
-    fp8_gemm_triton(a, torch.ones(rows, 1), w, torch.ones(1, 6144), BF16, config or DEFAULT_CONFIG)
+    for c in configs:
+        fp8_gemm_triton(a, torch.ones(rows, 1), w, torch.ones(1, 6144), BF16, c)
 
 
 def _cases() -> dict[str, Callable[[], None]]:
@@ -156,7 +160,7 @@ def _cases() -> dict[str, Callable[[], None]]:
     for cols in (4096, 14336):  # the GEMM inputs of Llama-3-8B: hidden, intermediate
         cases[f"quant-fp8-{cols}"] = lambda c=cols: quant_fp8(c)
     cases["quant-fp8-fp32"] = lambda: quant_fp8(576, FP32)
-    cases["fp8-gemm"] = lambda: fp8_gemm(64)
+    cases["fp8-gemm-tuned"] = lambda: fp8_gemm(64)  # every tile the tuned table names
     cases["fp8-gemm-split-k"] = lambda: fp8_gemm(16, (16, 64, 256, 4, 4, 4))
     return cases
 

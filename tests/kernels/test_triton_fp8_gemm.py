@@ -28,8 +28,14 @@ def test_matches_reference(m, n, k, config, out_dtype):
     out = fp8_gemm_triton(a, a_scale, w, w_scale, out_dtype, config)
     expected = fp8_gemm_reference(a, a_scale, w, w_scale, torch.float32)
     assert out.dtype == out_dtype and out.shape == (m, n)
-    # float32 sums in another order; bf16 output rounded once
-    tol = dict(atol=1e-4, rtol=1e-4) if out_dtype == torch.float32 else dict(atol=1e-2, rtol=2 ** -8)
+    assert_close_to(out, expected)
+
+
+def assert_close_to(out: torch.Tensor, expected: torch.Tensor) -> None:
+    """Sums in another order, partly in the tensor cores' narrower accumulator (a float32 add every
+    128 products, as CUTLASS does); a bf16 output is rounded once more."""
+    size = expected.abs().max().item()
+    tol = dict(atol=1e-4 * size, rtol=1e-3) if out.dtype == torch.float32 else dict(atol=2 ** -9 * size, rtol=2 ** -7)
     torch.testing.assert_close(out.float(), expected, **tol)
 
 
@@ -50,6 +56,14 @@ def test_fp8_linear_matches_the_dequantized_product(rows, in_features, out_featu
     x = randn(rows, in_features, dtype=torch.bfloat16, scale=2)
     a, a_scale = quant_fp8_rowwise_reference(x)
     expected = fp8_gemm_reference(a, a_scale, layer.weight, layer.weight_scale, torch.float32)
-    torch.testing.assert_close(layer(x).float(), expected, atol=1e-2, rtol=2 ** -7)
-    torch.testing.assert_close(fp8_gemm(a, a_scale, layer.weight, layer.weight_scale, torch.bfloat16).float(),
-                               expected, atol=1e-2, rtol=2 ** -7)
+    assert_close_to(layer(x), expected)
+    assert_close_to(fp8_gemm(a, a_scale, layer.weight, layer.weight_scale, torch.bfloat16), expected)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (100, 4096, 14336), (128, 28672, 4096), (7, 80, 96)])
+def test_default_tiles_fit_the_shape(m, n, k):
+    from gdserve.kernels.triton.fp8_gemm_configs import config_for
+    block_m, block_n, block_k, split_k, warps, stages = config_for(m, n, k, torch.device(DEVICE))
+    assert 16 <= block_m <= 128 and block_m & (block_m - 1) == 0 and split_k >= 1
+    if m <= 64:
+        assert block_m >= m  # one tile of rows: the weight is read once
