@@ -8,7 +8,7 @@ Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--
 [--tokenizer=DIR|byte-pair] (writes bench_gpu.json under $OUT; --guided-only: the guided against
 unguided run alone; --fp8-kv: the engine again with an fp8 KV cache, after the bf16 one;
 --fp8-weights: the engine again with `quantization="fp8"` (W8A8), with the bf16 and then the fp8
-KV cache, and the bf16 engine after them; the tokenizer: SmolLM2's, saved to
+KV cache, then bf16 and fp8 weights once more; the tokenizer: SmolLM2's, saved to
 build/tokenizer by `make gpu-carry`, by default)"""
 import gc
 import json
@@ -59,7 +59,8 @@ def main() -> None:
                 fp8 = {**engine_args, "quantization": "fp8"}
                 record("engine_fp8_weights", run_engine(requests, tmp, fp8))
                 record("engine_fp8_weights_fp8_kv", run_engine(requests, tmp, {**fp8, "kv_cache_dtype": "fp8"}))
-                record("engine_again", run_engine(requests, tmp, engine_args))  # the bf16 run's drift
+                record("engine_again", run_engine(requests, tmp, engine_args))  # the drift between runs
+                record("engine_fp8_weights_again", run_engine(requests, tmp, fp8))
                 for key in ("engine_fp8_weights", "engine_fp8_weights_fp8_kv"):
                     result[f"{key}_over_bf16"] = result[key]["tokens_per_s"] / result["engine"]["tokens_per_s"]
             record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))
