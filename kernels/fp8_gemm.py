@@ -16,9 +16,10 @@ def fp8_gemm_reference(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, 
 
 def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
              out_dtype: torch.dtype) -> torch.Tensor:
-    """fp8_gemm_reference on fp8 tensor cores: Triton for few rows on CUDA, else torch._scaled_mm
-    (CUTLASS on CUDA, which takes only a bf16 output with row-wise scales; torch's own on the CPU)."""
-    if use_triton(a, "fp8_gemm") and a.shape[0] <= TRITON_MAX_ROWS:
+    """fp8_gemm_reference on fp8 tensor cores. On CUDA: Triton for few rows, and for any output but
+    bf16 (torch._scaled_mm's row-wise kernel, CUTLASS, writes only bf16: a float32 model would lose
+    its precision there); torch._scaled_mm for the rest, and for everything on the CPU."""
+    if use_triton(a, "fp8_gemm") and (a.shape[0] <= TRITON_MAX_ROWS or out_dtype != torch.bfloat16):
         from gdserve.kernels.triton.fp8_gemm import fp8_gemm_triton
         return fp8_gemm_triton(a, a_scale, w, w_scale, out_dtype)
     gemm_dtype = torch.bfloat16 if a.is_cuda else out_dtype

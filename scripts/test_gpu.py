@@ -454,15 +454,17 @@ def first_logprob(completion) -> float:
 def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
     """With fp8 activations, bf16's rounding differences become whole fp8 steps wherever a value
     sits near a rounding boundary, and greedy runs part early on random weights: then the check
-    is that ours is no further from float32 W8A8 than HF's own bf16 W8A8 is."""
+    is that ours is about as far from float32 W8A8 as HF's own bf16 W8A8 is. The mean over 16
+    prompts is noisy (plain bf16: ours 1.22x HF's; W8A8: 1.17x and 1.49x, session 28), hence 2x; a
+    wrong scale is off by whole nats, and the float32 W8A8 check is the exact one."""
     if quantization is None or not against_fp32:
         return False
     return against_fp32["ours_bf16_vs_hf_fp32_first_logprob_err_mean"] <= \
-        1.5 * against_fp32["hf_bf16_vs_hf_fp32_first_logprob_err_mean"]
+        2 * against_fp32["hf_bf16_vs_hf_fp32_first_logprob_err_mean"]
 
 
 CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",
-          "engine_fp8_weights": "fp8 weights (W8A8)"}
+          "engine_fp8_weights_fp32": "fp8 weights (W8A8), float32", "engine_fp8_weights": "fp8 weights (W8A8)"}
 
 
 def main() -> int:
@@ -486,7 +488,9 @@ def main() -> int:
         # HF's bf16 attention against our kernels' float16 dots over the same rounded K/V: their
         # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125; session 25's first run).
         results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
-        # Each input rounded to fp8 turns HF's bf16 rounding differences into whole fp8 steps.
+        # In float32 the W8A8 engine must give HF's W8A8 tokens; in bf16, each input rounded to fp8
+        # turns bf16's rounding differences into whole fp8 steps (as_close_as_hf).
+        results["engine_fp8_weights_fp32"] = engine_check(dtype="float32", quantization="fp8")
         results["engine_fp8_weights"] = engine_check(quantization="fp8", tolerance=0.25)
         for key in CHECKS:
             log(key, json.dumps(results[key], indent=1))

@@ -67,3 +67,14 @@ def test_default_tiles_fit_the_shape(m, n, k):
     assert 16 <= block_m <= 128 and block_m & (block_m - 1) == 0 and split_k >= 1
     if m <= 64:
         assert block_m >= m  # one tile of rows: the weight is read once
+
+
+@pytest.mark.skipif(not ON_CUDA, reason="the dispatch between Triton and torch._scaled_mm is CUDA's")
+def test_a_float32_layer_keeps_float32_sums_at_any_row_count():
+    torch.manual_seed(0)
+    layer = Fp8Linear(torch.nn.Linear(4096, 6144, bias=False, device=DEVICE))
+    x = randn(2048, 4096, scale=2)
+    a, a_scale = quant_fp8_rowwise_reference(x)
+    out = layer(x)
+    assert out.dtype == torch.float32
+    assert_close_to(out, fp8_gemm_reference(a, a_scale, layer.weight, layer.weight_scale, torch.float32))
