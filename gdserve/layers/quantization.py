@@ -45,7 +45,7 @@ def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] 
 
 
 def _check_fp8_shape(name: str, linear: nn.Linear) -> None:
-    # cuBLASLt's fp8 GEMM needs both dims of the weight in multiples of 16.
+    # torch._scaled_mm (CUTLASS, cuBLASLt) takes fp8 operands whose dims are multiples of 16.
     if linear.in_features % 16 or linear.out_features % 16:
         raise ValueError(f"quantization fp8 needs linear layers whose dims are multiples of 16; "
                          f"{name} is {linear.out_features} x {linear.in_features}")

@@ -35,6 +35,12 @@ class ModelConfig:
     def from_hf(cls, hf: Any) -> "ModelConfig":
         """From a transformers config (4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""
         arch = _architecture(hf)
+        quant = getattr(hf, "quantization_config", None)
+        if quant:
+            method = quant.get("quant_method", "?") if isinstance(quant, dict) else type(quant).__name__
+            raise ValueError(f"{arch}: checkpoints quantized ahead of time (quant_method {method!r}) are not "
+                             "supported; load the unquantized checkpoint with quantization='fp8' "
+                             "(--quantization fp8) to quantize it at load")
         if getattr(hf, "hidden_act", "silu") != "silu":
             raise ValueError(f"{arch}: hidden_act {hf.hidden_act!r} is not supported (only 'silu')")
         is_qwen2 = arch == "Qwen2ForCausalLM"

@@ -73,3 +73,10 @@ def test_llama_attention_bias_covers_o_proj():
     config = ModelConfig.from_hf(LlamaConfig(**SMALL, attention_bias=True,
                                              architectures=["LlamaForCausalLM"]))
     assert config.attention_bias and config.o_proj_bias
+
+
+def test_a_checkpoint_quantized_ahead_of_time_is_refused_naming_the_way_to_quantize():
+    hf = LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"],
+                     quantization_config={"quant_method": "fp8", "activation_scheme": "dynamic"})
+    with pytest.raises(ValueError, match=r"quant_method 'fp8'.*--quantization fp8"):
+        ModelConfig.from_hf(hf)
