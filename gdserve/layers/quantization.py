@@ -33,8 +33,7 @@ class Fp8Linear(nn.Module):
 
 def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] = ()) -> None:
     """Replace, in place, every nn.Linear of model that is not in skip."""
-    if method not in QUANTIZATIONS:
-        raise ValueError(f"quantization {method!r}: expected one of {', '.join(QUANTIZATIONS)}")
+    check_method(method)
     targets = [(parent, name, child) for parent in model.modules()
                for name, child in parent.named_children()
                if isinstance(child, nn.Linear) and not any(child is s for s in skip)]
@@ -42,6 +41,11 @@ def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] 
         _check_fp8_shape(name, linear)
     for parent, name, linear in targets:
         setattr(parent, name, Fp8Linear(linear))
+
+
+def check_method(method: str) -> None:
+    if method not in QUANTIZATIONS:
+        raise ValueError(f"quantization {method!r}: expected one of {', '.join(QUANTIZATIONS)}")
 
 
 def _check_fp8_shape(name: str, linear: nn.Linear) -> None:

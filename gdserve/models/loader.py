@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from gdserve.layers.quantization import QUANTIZATIONS, quantize_linears
+from gdserve.layers.quantization import check_method, quantize_linears
 from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
 from gdserve.models.llama import LlamaForCausalLM
@@ -121,8 +121,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
 
 
 def _check_quantization(method: str, device: torch.device) -> None:
-    if method not in QUANTIZATIONS:
-        raise ValueError(f"quantization {method!r}: expected one of {', '.join(QUANTIZATIONS)}")
+    check_method(method)
     if device.type == "cpu":
         logger.warning("quantization %s on the CPU halves the weights' memory but runs ~9x slower than "
                        "bfloat16 weights (torch's CPU fp8 GEMM)", method)
