@@ -125,8 +125,9 @@ def _check_quantization(method: str, device: torch.device) -> None:
     if device.type == "cpu":
         logger.warning("quantization %s on the CPU halves the weights' memory but runs ~9x slower than "
                        "bfloat16 weights (torch's CPU fp8 GEMM)", method)
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        major, minor = torch.cuda.get_device_capability(device)
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    if capability is not None and capability < (8, 9):
+        major, minor = capability
         raise ValueError(f"quantization {method} needs fp8 tensor cores (compute capability 8.9 or "
                          f"higher: Ada, Hopper); {torch.cuda.get_device_name(device)} is {major}.{minor}")
 
