@@ -2,6 +2,7 @@ import torch
 import torch.nn.functional as F
 
 from gdserve.kernels import native
+from gdserve.kernels.quant import quant_fp8_rowwise
 from gdserve.kernels.triton import use_triton
 
 
@@ -23,3 +24,11 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = x.new_empty(*x.shape[:-1], inter)
     kernel(native.ptr(x), native.ptr(out), x.numel() // x.shape[-1], inter, torch.get_num_threads())
     return out
+
+
+def silu_and_mul_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quant_fp8_rowwise(silu_and_mul(x)): for an fp8 linear layer, in one kernel on CUDA."""
+    if use_triton(x, "silu_and_mul") and x.dim() == 2 and x.stride(1) == 1:
+        from gdserve.kernels.triton.activation import silu_and_mul_quant_fp8_triton
+        return silu_and_mul_quant_fp8_triton(x)
+    return quant_fp8_rowwise(silu_and_mul(x))

@@ -3,6 +3,7 @@ import ctypes
 import torch
 
 from gdserve.kernels import native
+from gdserve.kernels.quant import quant_fp8_rowwise
 from gdserve.kernels.triton import use_triton
 
 
@@ -19,13 +20,25 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float,
     return out if residual is None else (out, x)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             quant_fp8: bool = False):
     """rms_norm_reference in one pass (Triton on CUDA, native C on the CPU) where the dtypes and
-    layout allow; the residual is then updated in place."""
+    layout allow; the residual is then updated in place. With quant_fp8 the normed output comes as
+    quant_fp8_rowwise's (q, scale), quantized in the same pass on CUDA."""
     if use_triton(x, "rms_norm") and weight.dtype == x.dtype and x.dim() == 2 and x.stride(1) == 1 and \
             (residual is None or residual.stride(1) == 1):
         from gdserve.kernels.triton.rms_norm import rms_norm_triton
-        return rms_norm_triton(x, weight, eps, residual)
+        return rms_norm_triton(x, weight, eps, residual, quant_fp8)
+    result = _rms_norm_without_triton(x, weight, eps, residual)
+    if not quant_fp8:
+        return result
+    if residual is None:
+        return quant_fp8_rowwise(result)
+    out, residual = result
+    return quant_fp8_rowwise(out), residual
+
+
+def _rms_norm_without_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None):
     kernel = native.kernel("rms_norm", x)
     if kernel is None or weight.dtype != x.dtype or not x.is_contiguous() or \
             (residual is not None and not residual.is_contiguous()):

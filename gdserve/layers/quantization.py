@@ -1,5 +1,7 @@
 """Weight quantization applied after loading (`--quantization`): the model's linear layers, the
 LM head apart (as vLLM keeps it), swap their weights for quantized ones."""
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -7,6 +9,13 @@ from gdserve.kernels.fp8_gemm import fp8_gemm
 from gdserve.kernels.quant import quant_fp8_rowwise
 
 QUANTIZATIONS = ("fp8",)
+
+
+class Fp8Activation(NamedTuple):
+    """An activation already quantized for an Fp8Linear (by the norm or activation before it, in
+    the same kernel): q [T, K] float8_e4m3fn, scale [T, 1] float32."""
+    q: torch.Tensor
+    scale: torch.Tensor
 
 
 class Fp8Linear(nn.Module):
@@ -23,12 +32,13 @@ class Fp8Linear(nn.Module):
         self.bias = linear.bias
         self.out_dtype = linear.weight.dtype
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        out = fp8_gemm(*quant_fp8_rowwise(rows), self.weight, self.weight_scale, self.out_dtype)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        if isinstance(x, Fp8Activation):
+            out = fp8_gemm(x.q, x.scale, self.weight, self.weight_scale, self.out_dtype)
+        else:
+            out = fp8_gemm(*quant_fp8_rowwise(x.reshape(-1, self.in_features)), self.weight, self.weight_scale,
+                           self.out_dtype).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
 
 
 def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] = ()) -> None:

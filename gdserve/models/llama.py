@@ -9,6 +9,7 @@ from torch import nn
 from gdserve.layers.activation import SiluAndMul
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.layers.norm import RMSNorm
+from gdserve.layers.quantization import Fp8Linear, quantize_linears
 from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
 from gdserve.models.config import ModelConfig
 
@@ -117,6 +118,15 @@ class LlamaForCausalLM(nn.Module):
                 meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions: [T] -> final-normed hidden states [T, hidden]."""
         return self.model(input_ids, positions, meta)
+
+    def quantize(self, method: str) -> None:
+        """Quantize the loaded linear layers (the LM head apart). A norm or activation whose one
+        reader is now an Fp8Linear hands it the activation quantized in the norm's own kernel."""
+        quantize_linears(self, method, skip=(self.lm_head,))
+        for layer in self.model.layers:
+            layer.input_layernorm.quant_fp8 = isinstance(layer.self_attn.qkv_proj, Fp8Linear)
+            layer.post_attention_layernorm.quant_fp8 = isinstance(layer.mlp.gate_up_proj, Fp8Linear)
+            layer.mlp.act_fn.quant_fp8 = isinstance(layer.mlp.down_proj, Fp8Linear)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> [N, vocab] float32"""

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from gdserve.layers.quantization import check_method, quantize_linears
+from gdserve.layers.quantization import check_method
 from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
 from gdserve.models.llama import LlamaForCausalLM
@@ -116,7 +116,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     else:
         model.load_weights(_safetensors_weights(path))
     if quantization is not None:
-        quantize_linears(model, quantization, skip=(model.lm_head,))
+        model.quantize(quantization)
     return model.eval(), config
 
 

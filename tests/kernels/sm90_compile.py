@@ -99,10 +99,10 @@ def bitmask(dtype: torch.dtype, indexed: bool) -> None:
                                torch.arange(4, dtype=torch.int32) if indexed else None)
 
 
-def rms_norm(hidden: int, residual: bool, dtype: torch.dtype = BF16) -> None:
+def rms_norm(hidden: int, residual: bool, dtype: torch.dtype = BF16, quant_fp8: bool = False) -> None:
     from gdserve.kernels.triton.rms_norm import rms_norm_triton
     x = torch.zeros(4, hidden, dtype=dtype)
-    rms_norm_triton(x, torch.ones(hidden, dtype=dtype), 1e-5, x.clone() if residual else None)
+    rms_norm_triton(x, torch.ones(hidden, dtype=dtype), 1e-5, x.clone() if residual else None, quant_fp8)
 
 
 def rotary(head_dim: int, dtype: torch.dtype = BF16) -> None:
@@ -111,9 +111,9 @@ def rotary(head_dim: int, dtype: torch.dtype = BF16) -> None:
     apply_rotary_triton(torch.zeros(4, 32, head_dim, dtype=dtype), cos, cos.clone())
 
 
-def silu_and_mul(dtype: torch.dtype = BF16) -> None:
-    from gdserve.kernels.triton.activation import silu_and_mul_triton
-    silu_and_mul_triton(torch.zeros(4, 2 * 14336, dtype=dtype))
+def silu_and_mul(dtype: torch.dtype = BF16, quant_fp8: bool = False) -> None:
+    from gdserve.kernels.triton.activation import silu_and_mul_quant_fp8_triton, silu_and_mul_triton
+    (silu_and_mul_quant_fp8_triton if quant_fp8 else silu_and_mul_triton)(torch.zeros(4, 2 * 14336, dtype=dtype))
 
 
 def quant_fp8(cols: int, dtype: torch.dtype = BF16) -> None:
@@ -157,6 +157,9 @@ def _cases() -> dict[str, Callable[[], None]]:
         cases[f"rms-norm-{hidden}"] = lambda h=hidden: rms_norm(h, residual=False)
         cases[f"rms-norm-residual-{hidden}"] = lambda h=hidden: rms_norm(h, residual=True)
     cases["silu-and-mul-bf16"] = silu_and_mul
+    cases["rms-norm-quant-fp8-4096"] = lambda: rms_norm(4096, residual=False, quant_fp8=True)
+    cases["rms-norm-residual-quant-fp8-4096"] = lambda: rms_norm(4096, residual=True, quant_fp8=True)
+    cases["silu-and-mul-quant-fp8"] = lambda: silu_and_mul(quant_fp8=True)
     for cols in (4096, 14336):  # the GEMM inputs of Llama-3-8B: hidden, intermediate
         cases[f"quant-fp8-{cols}"] = lambda c=cols: quant_fp8(c)
     cases["quant-fp8-fp32"] = lambda: quant_fp8(576, FP32)

@@ -51,3 +51,24 @@ def test_a_layer_the_fp8_gemm_cannot_take_is_named_and_nothing_is_swapped():
 def test_unknown_method_is_named():
     with pytest.raises(ValueError, match="quantization 'int4': expected one of fp8"):
         quantize_linears(nn.Sequential(linear(32, 32)), "int4")
+
+
+def test_a_norm_and_an_activation_hand_an_fp8_linear_their_output_quantized():
+    from gdserve.layers.activation import SiluAndMul
+    from gdserve.layers.norm import RMSNorm
+    from gdserve.layers.quantization import Fp8Activation
+    norm, act, layer = RMSNorm(64), SiluAndMul(), Fp8Linear(linear(64, 48))
+    norm.weight.data.normal_()
+    x, residual, gate_up = torch.randn(5, 64), torch.randn(5, 64), torch.randn(5, 128)
+    plain, plain_residual = norm(x, residual.clone())
+    plain_act = act(gate_up)
+    norm.quant_fp8 = act.quant_fp8 = True
+    fused, fused_residual = norm(x, residual.clone())
+    assert isinstance(fused, Fp8Activation) and fused.q.dtype == torch.float8_e4m3fn
+    torch.testing.assert_close(fused_residual, plain_residual)
+    torch.testing.assert_close(layer(fused), layer(plain), atol=0, rtol=0)
+    assert isinstance(norm(x), Fp8Activation)
+    fused_act = act(gate_up)
+    assert isinstance(fused_act, Fp8Activation)
+    torch.testing.assert_close(Fp8Linear(linear(64, 32))(fused_act), Fp8Linear(linear(64, 32))(plain_act),
+                               atol=0, rtol=0)
