@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,33 +19,46 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import test_gpu  # noqa: E402  (makes gdserve importable and installs the carried wheels)
 
 
+def run_each(runs: Iterable[tuple[str, list[dict], Callable[[], dict]]], num_layers: int, result: dict,
+             file_name: str) -> None:
+    """Runs (label, requests, engine args) one after the other in this process on one random-weight
+    model dir; result["runs"][label] gets each figure, and result is rewritten under $OUT after
+    each run. The engine args come from a callable so that it can also set process-wide state."""
+    import torch
+    from gdserve.bench.throughput import run_engine
+    out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
+    out.mkdir(parents=True, exist_ok=True)
+    result.update(model=f"Llama-3-8B shape, {num_layers} layers", device=torch.cuda.get_device_name(), runs={})
+    with tempfile.TemporaryDirectory() as tmp:
+        test_gpu.save_model_dir(Path(tmp), num_layers, test_gpu.tokenizer_arg(sys.argv[1:]))
+        for label, requests, engine_args in runs:
+            run = run_engine(requests, tmp, {"load_format": "dummy", "dtype": "bfloat16", **engine_args()})
+            result["runs"][label] = run
+            print(label, json.dumps(run), flush=True)
+            (out / file_name).write_text(json.dumps(result, indent=1))
+            gc.collect()  # the finished run's engine (its KV cache is most of the device)
+            torch.cuda.empty_cache()
+
+
 def main() -> None:
     test_gpu.setup_imports()
     import torch
-    from gdserve.bench.throughput import run_engine
     from gdserve.bench.workloads import load_workload_module
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     num_layers = int(args[0]) if args and "=" not in args[0] else 32
     name, values = next(a for a in args if "=" in a).split("=", 1)
     requests = load_workload_module().random_workload(n=256)
-    out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
-    out.mkdir(parents=True, exist_ok=True)
-    result = {"workload": "random_workload(n=256)", "model": f"Llama-3-8B shape, {num_layers} layers",
-              "device": torch.cuda.get_device_name(), "argument": name, "runs": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers, test_gpu.tokenizer_arg(sys.argv[1:]))
-        for i, value in enumerate(values.split(",")):
-            engine_args = {"load_format": "dummy", "dtype": "bfloat16"}
-            if name == "blas":
-                torch.backends.cuda.preferred_blas_library(value)
-            else:
-                engine_args[name] = int(value)
-            run = run_engine(requests, tmp, engine_args)
-            result["runs"][f"{i}:{value}"] = run
-            print(f"{name}={value}", json.dumps(run), flush=True)
-            (out / "sweep_engine.json").write_text(json.dumps(result, indent=1))
-            gc.collect()  # the finished run's engine (its KV cache is most of the device)
-            torch.cuda.empty_cache()
+
+    def engine_args(value: str) -> Callable[[], dict]:
+        def args() -> dict:
+            if name != "blas":
+                return {name: int(value)}
+            torch.backends.cuda.preferred_blas_library(value)
+            return {}
+        return args
+
+    runs = [(f"{i}:{value}", requests, engine_args(value)) for i, value in enumerate(values.split(","))]
+    run_each(runs, num_layers, {"workload": "random_workload(n=256)", "argument": name}, "sweep_engine.json")
 
 
 if __name__ == "__main__":
