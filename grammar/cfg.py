@@ -72,7 +72,8 @@ class CfgGrammar:
 
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
-                 "relaxed", "steer_margin", "report", "lexer", "_roots")  # the last two: what the first mask built
+                 "relaxed", "steer_margin", "report", "lexer", "_roots",  # what the first mask built
+                 "terminal_spellings")  # what steering reads: built in the compile worker, not the loop
         return {n: self.__dict__[n] for n in names if n in self.__dict__}
 
     def __setstate__(self, state: dict) -> None:

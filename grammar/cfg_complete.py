@@ -9,6 +9,9 @@ MAX_DEEPER states deeper than the start are not explored (a completion closes wh
 rarely needs to open much), and the search gives up after MAX_NODES states.
 """
 import heapq
+import itertools
+from functools import lru_cache
+
 import numpy as np
 
 from gdserve.grammar.token_index import ByteDFA
@@ -17,28 +20,33 @@ MAX_NODES = 3000
 MAX_DEEPER = 6
 
 
-def _printable_first(options: list[int]) -> list[int]:
-    return sorted(options, key=lambda b: (not 32 < b < 127, b))
+@lru_cache(maxsize=1024)
+def _class_bytes(classes: bytes) -> tuple[tuple[int, int], ...]:
+    """(class, its representative byte) for each byte class of a DFA (its classes array as bytes),
+    a printable byte preferred as the representative."""
+    reps: dict[int, int] = {}
+    for b in sorted(range(256), key=lambda b: (not 32 < b < 127, b)):
+        reps.setdefault(classes[b], b)
+    return tuple(reps.items())
 
 
 def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
     """The shortest bytes from `start` to an accepting state (printable bytes preferred)."""
-    reps = {}
-    for b in _printable_first(list(range(256))):
-        reps.setdefault(int(dfa.classes[b]), b)
+    reps, dead, final, trans = _class_bytes(dfa.classes.tobytes()), dfa.dead, dfa.final, dfa.trans
     prev, todo = {start: None}, [start]
     while todo:
         nxt_todo = []
         for s in todo:
-            if dfa.final[s]:
+            if final[s]:
                 out = bytearray()
                 while prev[s] is not None:
                     s, b = prev[s]
                     out.append(b)
                 return bytes(reversed(out))
-            for c, b in reps.items():
-                n = int(dfa.trans[s, c])
-                if n != dfa.dead and n not in prev:
+            row = trans[s].tolist()
+            for c, b in reps:
+                n = row[c]
+                if n != dead and n not in prev:
                     prev[n] = (s, b)
                     nxt_todo.append(n)
         todo = nxt_todo
@@ -47,24 +55,39 @@ def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
 
 def shortest_completion(grammar, state) -> bytes | None:
     """Bytes that take `state` (a set of configurations) to one where EOS is allowed, or None if
-    none was found."""
+    none was found. Dijkstra whose successors enter the heap one at a time, shortest piece first
+    (a state's next sibling is pushed when the one before it is taken), so a state with thousands
+    of next terminals (a large enum) costs only the pieces the search actually reaches."""
     spells = grammar.terminal_spellings
     ignore = [spells[t] for t in grammar.spec.ignore if spells[t]]
     sep = min(ignore, key=len) if ignore else None
     depth = min(len(c.stack) for c in state)
-    heap, seen, count = [(0, 0, state, b"")], {state}, 0
+    if grammar.accepts_eos(state):
+        return b""
+    heap, seen, count, order = [], {state}, 0, itertools.count()
+    _push_first(heap, order, grammar, state, b"", 0, spells, sep)
     while heap and count < MAX_NODES:
-        cost, _, cur, path = heapq.heappop(heap)
-        if grammar.accepts_eos(cur):
-            return path
-        for piece in dict.fromkeys(p for c in cur for p in _pieces(grammar, c, spells, sep)):
-            nxt = grammar.advance(cur, piece)
-            if nxt is None or nxt in seen or min(len(c.stack) for c in nxt) > depth + MAX_DEEPER:
-                continue
-            seen.add(nxt)
-            count += 1
-            heapq.heappush(heap, (cost + len(piece), count, nxt, path + piece))
+        cost, _, cur, path, pieces, i = heapq.heappop(heap)
+        if i + 1 < len(pieces):
+            heapq.heappush(heap, (cost - len(pieces[i]) + len(pieces[i + 1]), next(order),
+                                  cur, path, pieces, i + 1))
+        nxt = grammar.advance(cur, pieces[i])
+        if nxt is None or nxt in seen or min(len(c.stack) for c in nxt) > depth + MAX_DEEPER:
+            continue
+        seen.add(nxt)
+        count += 1
+        if grammar.accepts_eos(nxt):
+            return path + pieces[i]
+        _push_first(heap, order, grammar, nxt, path + pieces[i], cost, spells, sep)
     return None
+
+
+def _push_first(heap: list, order, grammar, state, path: bytes, cost: int, spells: list,
+                sep: bytes | None) -> None:
+    """Push the shortest piece after `state`; the rest follow it one by one (shortest_completion)."""
+    pieces = sorted(dict.fromkeys(p for c in state for p in _pieces(grammar, c, spells, sep)), key=len)
+    if pieces:
+        heapq.heappush(heap, (cost + len(pieces[0]), next(order), state, path, pieces, 0))
 
 
 def _pieces(grammar, config, spells: list, sep: bytes | None) -> list[bytes]:
