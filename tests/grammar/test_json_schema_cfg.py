@@ -3,6 +3,7 @@ vocabulary: sentences of the generated grammar are schema-valid and accepted tok
 several tokenizations; budgeted random walks end in valid instances; a mutant the matcher accepts is
 valid; a $ref cycle with no container in it raises; SmolLM2's generations validate."""
 import json
+import pickle
 import random
 import re
 
@@ -290,3 +291,29 @@ def test_smollm2_generations_validate(smollm2_dir):
         assert out.outputs[0].finish_reason == "stop", (name, out.outputs[0].text)
         jsonschema.validate(json.loads(out.outputs[0].text), SCHEMAS[name])
     Category.model_validate_json(outs[3].outputs[0].text)
+
+
+def test_steering_over_thousands_of_terminals_is_built_at_compile(smollm2_tokenizer):
+    """What steering to completion reads (each terminal's shortest spelling) is built where the
+    grammar compiles and travels with it when pickled, so a matcher near its budget builds no
+    per-terminal table on the engine's loop; with thousands of terminals (a big enum) budgeted
+    random walks still close in time and validate."""
+    schema = {"$defs": {"node": {"type": "object", "required": ["tag", "next"], "properties": {
+        "tag": {"enum": [f"v{i:05d}" for i in range(1500)]},
+        "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}}, "$ref": "#/$defs/node"}
+    g = pickle.loads(pickle.dumps(compile_grammar("json", schema, smollm2_tokenizer)))
+    assert "terminal_spellings" in vars(g)
+    rng, max_tokens, eos = random.Random(7), 40, min(g.eos_token_ids)
+    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    for _ in range(2):
+        m, ids = g.matcher(), []
+        for used in range(max_tokens):
+            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
+            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
+            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
+            assert m.accept_token(token)
+            if token == eos:
+                break
+            ids.append(token)
+        assert m.is_terminated()
+        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), schema)
