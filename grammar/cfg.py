@@ -73,7 +73,7 @@ class CfgGrammar:
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
                  "relaxed", "steer_margin", "report", "lexer", "_roots",  # what the first mask built
-                 "terminal_spellings")  # what steering reads: built in the compile worker, not the loop
+                 "terminal_spellings", "_completions")  # what steering reads, first built in the compile worker
         return {n: self.__dict__[n] for n in names if n in self.__dict__}
 
     def __setstate__(self, state: dict) -> None:

@@ -5,8 +5,9 @@ A uniform-cost search over matcher states: from a state, append the shortest spe
 terminal (optionally after the shortest ignored text, where adjacent lexemes would merge) or the
 shortest end of the current lexeme, and read it with CfgGrammar.advance, so every path is text
 the matcher accepts; the first state that accepts EOS ends the search. Stacks more than
-MAX_DEEPER states deeper than the start are not explored (a completion closes what is open; it
-rarely needs to open much), and the search gives up after MAX_NODES states.
+MAX_DEEPER states deeper than the start are not explored (a completion closes what is open, but
+from the start of a large schema it must open every required member's structure, many levels
+deep), and the search gives up after MAX_NODES states.
 """
 import heapq
 import itertools
@@ -17,7 +18,7 @@ import numpy as np
 from gdserve.grammar.token_index import ByteDFA
 
 MAX_NODES = 3000
-MAX_DEEPER = 6
+MAX_DEEPER = 64
 
 
 @lru_cache(maxsize=1024)

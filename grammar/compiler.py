@@ -109,15 +109,15 @@ def compile_cfg(cfg: CfgSpec, vocab: TokenVocabulary, vocab_size: int, kind: str
                 relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN,
                 report: dict | None = None) -> CfgGrammar:
     """CfgSpec -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
-    first mask and the terminals' shortest spellings (what steering to completion reads) are built
-    here, in the compile worker; every other mask when a matcher first needs it (a few percent of
+    first mask and the shortest completion from the start (what steering to completion reads first)
+    are built here, in the compile worker; every other mask when a matcher first needs it (a few percent of
     a big lexer's states are ever reached, hard to foresee)."""
     dfas = [terminal_dfa(t) for t in cfg.terminals]
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
     grammar = CfgGrammar(kind, cfg, token_trie(vocab.token_bytes, vocab.fingerprint), dfas,
                          vocab_size, eos, relaxed=relaxed or [], steer_margin=steer_margin, report=report)
     grammar.state_mask(grammar.initial)
-    grammar.terminal_spellings  # noqa: B018 (a cached property)
+    grammar.completion(grammar.initial)
     return grammar
 
 

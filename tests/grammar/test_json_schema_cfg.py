@@ -317,3 +317,32 @@ def test_steering_over_thousands_of_terminals_is_built_at_compile(smollm2_tokeni
             ids.append(token)
         assert m.is_terminated()
         jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), schema)
+
+
+def test_a_completion_many_levels_deep_is_found_and_steered_to(smollm2_tokenizer):
+    """From the start of a schema whose required members nest ten objects deep, the shortest
+    completion opens every level; random walks given just a few tokens more than it close in time."""
+    level: dict = {"$ref": "#/$defs/node"}
+    for depth in range(10):
+        level = {"type": "object", "required": [f"k{depth}", "tag"],
+                 "properties": {f"k{depth}": level, "tag": {"type": "string"}}}
+    node = {"type": "object", "required": ["name", "kids"],
+            "properties": {"name": {"type": "string"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+    schema = {**level, "$defs": {"node": node}}
+    g = compile_grammar("json", schema, smollm2_tokenizer)
+    shortest = g.matcher().distance_to_complete()
+    assert shortest > 100
+    rng, eos = random.Random(3), min(g.eos_token_ids)
+    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    for _ in range(3):
+        m, ids, max_tokens = g.matcher(), [], shortest + 4
+        for used in range(max_tokens):
+            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
+            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
+            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
+            assert m.accept_token(token)
+            if token == eos:
+                break
+            ids.append(token)
+        assert m.is_terminated()
+        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), schema)
