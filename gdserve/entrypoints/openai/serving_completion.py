@@ -10,7 +10,7 @@ from gdserve.entrypoints.openai.protocol import CompletionRequest
 from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint, encode_prompts,
                                                 merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
-from gdserve.entrypoints.openai.structured import report_fields, report_in_first_chunk
+from gdserve.entrypoints.openai.structured import fields_in_first_chunk, output_fields
 from gdserve.outputs import RequestOutput
 
 
@@ -21,12 +21,12 @@ async def create_completion(ctx: ServingContext, request: CompletionRequest, raw
     prompts = encode_prompts(ctx, request.prompt, "prompt")
     ctx.check_queue(len(prompts))
     params = sampling_params(request, request.max_tokens, request.logprobs)
-    grammar = await compile_constraint(ctx, request)
+    constraint = await compile_constraint(ctx, request)
     request_id = new_id("cmpl")
-    streams = await start_all(ctx, request_id, prompts, params, grammar)
-    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **report_fields(request, grammar))
+    streams = await start_all(ctx, request_id, prompts, params, constraint.grammar)
+    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **output_fields(request, constraint))
     if request.stream:
-        return sse_response(report_in_first_chunk(_stream(ctx, request, prompts, streams, meta)))
+        return sse_response(fields_in_first_chunk(_stream(ctx, request, prompts, streams, meta)))
     outputs = await abort_on_disconnect(raw, collect(streams))
     return _response(ctx, request, prompts, outputs, meta)
 
