@@ -3,6 +3,7 @@ samples; with tools, each choice's text goes through its ChoiceTools (tool_strea
 from collections.abc import AsyncIterator
 
 from fastapi import Request
+from fastapi.responses import JSONResponse
 
 from gdserve.entrypoints.openai.chat_render import render_chat
 from gdserve.entrypoints.openai.deltas import DeltaTracker
@@ -12,7 +13,7 @@ from gdserve.entrypoints.openai.protocol import ChatCompletionRequest
 from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint,
                                                 merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
-from gdserve.entrypoints.openai.structured import fields_in_first_chunk, output_fields
+from gdserve.entrypoints.openai.structured import fields_in_first_chunk, output_fields, output_headers
 from gdserve.entrypoints.openai.tool_stream import choice_tools
 from gdserve.entrypoints.openai.tool_constraint import compile_tools
 from gdserve.entrypoints.openai.tools import ToolPlan, plan_tools
@@ -37,10 +38,11 @@ async def create_chat_completion(ctx: ServingContext, request: ChatCompletionReq
     request_id = new_id("chatcmpl")
     streams = await start_all(ctx, request_id, [prompt], params, constraint.grammar)
     meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **output_fields(request, constraint))
+    headers = output_headers(constraint)
     if request.stream:
-        return sse_response(fields_in_first_chunk(_stream(ctx, request, plan, streams, meta)))
+        return sse_response(fields_in_first_chunk(_stream(ctx, request, plan, streams, meta)), headers)
     (out,) = await abort_on_disconnect(raw, collect(streams))
-    return _response(ctx, request, plan, out, meta)
+    return JSONResponse(_response(ctx, request, plan, out, meta), headers=headers)
 
 
 def _reject_unsupported(request: ChatCompletionRequest) -> None:

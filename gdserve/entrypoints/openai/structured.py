@@ -33,7 +33,7 @@ def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None
     open_objects = so is not None and so.disable_additional_properties is False
     if kind == "json" and isinstance(spec, str):
         spec = _parse_schema(spec, param)
-    lenient = param == "response_format" and request.response_format.json_schema.strict is False
+    lenient = param == "response_format" and kind == "json" and request.response_format.json_schema.strict is False
     try:
         return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace,
                                     open_objects=open_objects, lenient=lenient), param
@@ -106,6 +106,14 @@ def output_fields(request: SamplingRequest, constraint: Constraint) -> dict:
     if so is not None and so.report:
         fields["structured_output_report"] = getattr(constraint.grammar, "report", None)
     return fields
+
+
+def output_headers(constraint: Constraint) -> dict[str, str]:
+    """X-Structured-Output-Relaxed: how many keywords were relaxed, beside structured_output_relaxed
+    (some clients pass on headers but not unknown body fields)."""
+    if not constraint.relaxed:
+        return {}
+    return {"X-Structured-Output-Relaxed": str(sum(map(len, constraint.relaxed.values())))}
 
 
 async def fields_in_first_chunk(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]:

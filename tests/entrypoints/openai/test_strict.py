@@ -36,11 +36,21 @@ def test_exact_schema_refuses_what_it_cannot_enforce(tiny_server, strict):
     assert error["param"] == "response_format"
 
 
+def _raw_chat(server, **kw):
+    """(the parsed response or stream, the X-Structured-Output-Relaxed header or None)."""
+    raw = server.client().chat.completions.with_raw_response.create(
+        model=server.model, messages=MSG, max_tokens=40, seed=0, temperature=1.0, **kw)
+    return raw.parse(), raw.headers.get("x-structured-output-relaxed")
+
+
 def test_strict_false_relaxes_and_says_what(tiny_server):
-    r = _chat(tiny_server, response_format=_format(HOST, False))
+    r, header = _raw_chat(tiny_server, response_format=_format(HOST, False))
     jsonschema.validate(json.loads(r.choices[0].message.content), HOST)  # formats are not asserted
     assert r.model_extra[RELAXED] == {"response_format.json_schema.schema": HOST_RELAXED}
-    chunks = list(_chat(tiny_server, response_format=_format(HOST, False), stream=True))
+    assert header == "1"
+    stream, header = _raw_chat(tiny_server, response_format=_format(HOST, False), stream=True)
+    chunks = list(stream)
+    assert header == "1"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     jsonschema.validate(json.loads(text), HOST)
     assert chunks[0].model_extra[RELAXED] == {"response_format.json_schema.schema": HOST_RELAXED}
@@ -52,12 +62,15 @@ def test_strict_false_relaxes_and_says_what(tiny_server):
 
 
 def test_relaxed_field_only_with_strict_false(tiny_server):
-    lenient = _chat(tiny_server, response_format=_format(EXACT, False))
+    lenient, header = _raw_chat(tiny_server, response_format=_format(EXACT, False))
     assert lenient.model_extra[RELAXED] == {"response_format.json_schema.schema": []}  # enforced as written
+    assert header == "0"
     for strict in (True, None):
-        exact = _chat(tiny_server, response_format=_format(EXACT, strict))
+        exact, header = _raw_chat(tiny_server, response_format=_format(EXACT, strict))
         jsonschema.validate(json.loads(exact.choices[0].message.content), EXACT)
-        assert RELAXED not in (exact.model_extra or {})
+        assert RELAXED not in (exact.model_extra or {}) and header is None
+    json_object, header = _raw_chat(tiny_server, response_format={"type": "json_object"})
+    assert RELAXED not in (json_object.model_extra or {}) and header is None
 
 
 def test_strict_must_be_a_boolean(tiny_server, tiny_tools_server):
