@@ -22,9 +22,15 @@ def _format(schema: dict, strict: bool | None) -> dict:
     return {"type": "json_schema", "json_schema": spec}
 
 
+def _raw_chat(server, **kw):
+    """(the parsed response or stream, the X-Structured-Output-Relaxed header or None)."""
+    raw = server.client().chat.completions.with_raw_response.create(
+        model=server.model, messages=MSG, max_tokens=40, seed=0, temperature=1.0, **kw)
+    return raw.parse(), raw.headers.get("x-structured-output-relaxed")
+
+
 def _chat(server, **kw):
-    return server.client().chat.completions.create(model=server.model, messages=MSG, max_tokens=40, seed=0,
-                                                   temperature=1.0, **kw)
+    return _raw_chat(server, **kw)[0]
 
 
 @pytest.mark.parametrize("strict", [True, None])
@@ -32,15 +38,8 @@ def test_exact_schema_refuses_what_it_cannot_enforce(tiny_server, strict):
     with pytest.raises(openai.BadRequestError) as e:
         _chat(tiny_server, response_format=_format(HOST, strict))
     error = e.value.body
-    assert "'idn-hostname'" in error["message"] and "/properties/host" in error["message"], error
+    assert "format 'idn-hostname' at /properties/host" in error["message"], error
     assert error["param"] == "response_format"
-
-
-def _raw_chat(server, **kw):
-    """(the parsed response or stream, the X-Structured-Output-Relaxed header or None)."""
-    raw = server.client().chat.completions.with_raw_response.create(
-        model=server.model, messages=MSG, max_tokens=40, seed=0, temperature=1.0, **kw)
-    return raw.parse(), raw.headers.get("x-structured-output-relaxed")
 
 
 def test_strict_false_relaxes_and_says_what(tiny_server):
@@ -99,7 +98,7 @@ def test_exact_tool_refuses_what_it_cannot_enforce(tiny_tools_server, strict, to
         _chat(tiny_tools_server, tools=tools, tool_choice=tool_choice)
     message = e.value.body["message"]
     assert "tools[1].function.parameters" in message and "'lookup'" in message, message
-    assert "'idn-hostname'" in message and "/properties/host" in message, message
+    assert "format 'idn-hostname' at /properties/host" in message, message
 
 
 def _arguments(call) -> dict:
@@ -134,4 +133,5 @@ def test_required_mixes_strict_and_lenient_tools(tiny_tools_server):
     tools = [_tool("ok", EXACT, False), _tool("lookup", HOST, True)]
     with pytest.raises(openai.BadRequestError) as e:
         _chat(tiny_tools_server, tools=tools, tool_choice="required")
-    assert "'lookup'" in e.value.body["message"] and "/properties/host" in e.value.body["message"]
+    message = e.value.body["message"]
+    assert "'lookup'" in message and "format 'idn-hostname' at /properties/host" in message, message
