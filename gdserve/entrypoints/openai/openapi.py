@@ -59,6 +59,7 @@ class Generation(BaseModel):
     model: str
     usage: Usage
     structured_output_report: Any = None  # with structured_outputs.report
+    structured_output_relaxed: dict[str, list[str]] | None = None  # with a schema's "strict": false
 
 
 class ChatCompletion(Generation):

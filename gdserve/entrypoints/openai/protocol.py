@@ -4,7 +4,7 @@ Value ranges are checked by SamplingParams and limits.RequestLimits (400), types
 NaN and infinities, which JSON does not have, are type errors)."""
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 
 class OpenAIModel(BaseModel):
@@ -19,7 +19,7 @@ class JsonSchemaFormat(OpenAIModel):
     name: str
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None  # false: best effort (compiled leniently, what was relaxed reported)
 
 
 class ResponseFormat(OpenAIModel):

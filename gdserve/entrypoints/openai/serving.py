@@ -15,7 +15,7 @@ from gdserve.entrypoints.openai.limits import RequestLimits
 from gdserve.entrypoints.openai.logprobs import TokenText
 from gdserve.entrypoints.openai.metrics import Metrics, RequestTimer
 from gdserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
-from gdserve.entrypoints.openai.structured import guided_params
+from gdserve.entrypoints.openai.structured import RESPONSE_FORMAT_SCHEMA, Constraint, guided_params
 from gdserve.grammar import Grammar, GrammarError
 from gdserve.grammar.service import CompilerUnavailableError
 from gdserve.outputs import RequestOutput
@@ -98,14 +98,17 @@ def _field_of(message: str) -> str | None:
     return word if word in _REQUEST_FIELDS else None
 
 
-async def compile_constraint(ctx: ServingContext, request: SamplingRequest) -> Grammar | None:
+async def compile_constraint(ctx: ServingContext, request: SamplingRequest) -> Constraint:
+    """The request's guided_* / structured_outputs / response_format constraint; a 400 naming the
+    field when it does not compile."""
     guided, param = guided_params(request)
     if guided is None:
-        return None
+        return Constraint()
     try:
-        return await compile_guided(ctx, guided)
+        grammar = await compile_guided(ctx, guided)
     except GrammarError as e:
         raise bad_request(f"invalid {param}: {e}", param) from None
+    return Constraint(grammar, {RESPONSE_FORMAT_SCHEMA: list(grammar.relaxed)} if guided.lenient else {})
 
 
 async def compile_guided(ctx: ServingContext, guided: GuidedDecodingParams) -> Grammar:

@@ -3,6 +3,7 @@ samples; with tools, each choice's text goes through its ChoiceTools (tool_strea
 from collections.abc import AsyncIterator
 
 from fastapi import Request
+from fastapi.responses import JSONResponse
 
 from gdserve.entrypoints.openai.chat_render import render_chat
 from gdserve.entrypoints.openai.deltas import DeltaTracker
@@ -10,15 +11,13 @@ from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.logprobs import chat_logprobs
 from gdserve.entrypoints.openai.protocol import ChatCompletionRequest
 from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint,
-                                                compile_guided, merge, new_id, now, sampling_params, start_all,
-                                                usage)
+                                                merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
-from gdserve.entrypoints.openai.structured import report_fields, report_in_first_chunk
+from gdserve.entrypoints.openai.structured import fields_in_first_chunk, output_fields, output_headers
 from gdserve.entrypoints.openai.tool_stream import choice_tools
-from gdserve.entrypoints.openai.tools import ToolPlan, call_schema, plan_tools
-from gdserve.grammar import Grammar, GrammarError
+from gdserve.entrypoints.openai.tool_constraint import compile_tools
+from gdserve.entrypoints.openai.tools import ToolPlan, plan_tools
 from gdserve.outputs import RequestOutput
-from gdserve.sampling_params import GuidedDecodingParams
 
 
 async def create_chat_completion(ctx: ServingContext, request: ChatCompletionRequest, raw: Request):
@@ -33,39 +32,17 @@ async def create_chat_completion(ctx: ServingContext, request: ChatCompletionReq
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     params = sampling_params(request, max_tokens, _num_logprobs(request))
     if plan is not None and plan.forced:
-        grammar = await _compile_tools(ctx, plan)
+        constraint = await compile_tools(ctx, plan)
     else:
-        grammar = await compile_constraint(ctx, request)
+        constraint = await compile_constraint(ctx, request)
     request_id = new_id("chatcmpl")
-    streams = await start_all(ctx, request_id, [prompt], params, grammar)
-    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **report_fields(request, grammar))
+    streams = await start_all(ctx, request_id, [prompt], params, constraint.grammar)
+    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **output_fields(request, constraint))
+    headers = output_headers(constraint)
     if request.stream:
-        return sse_response(report_in_first_chunk(_stream(ctx, request, plan, streams, meta)))
+        return sse_response(fields_in_first_chunk(_stream(ctx, request, plan, streams, meta)), headers)
     (out,) = await abort_on_disconnect(raw, collect(streams))
-    return _response(ctx, request, plan, out, meta)
-
-
-async def _compile_tools(ctx: ServingContext, plan: ToolPlan) -> Grammar:
-    """The forced tool_choice's constraint; an error names the function at fault."""
-    try:
-        return await compile_guided(ctx, GuidedDecodingParams(json=plan.schema()))
-    except GrammarError as e:
-        error = e
-    culprit = (plan.named, error) if plan.mode == "named" else await _failing_function(ctx, plan)
-    if culprit is None:
-        raise bad_request(f"cannot build the tool_choice constraint: {error}", "tools")
-    f, e = culprit
-    raise bad_request(f"invalid tools[{f.index}].function.parameters (function '{f.name}'): {e}", "tools")
-
-
-async def _failing_function(ctx: ServingContext, plan: ToolPlan):
-    """The first function whose call schema fails to compile on its own, with its error."""
-    for f in plan.functions:
-        try:
-            await compile_guided(ctx, GuidedDecodingParams(json=call_schema(f)))
-        except GrammarError as e:
-            return f, e
-    return None
+    return JSONResponse(_response(ctx, request, plan, out, meta), headers=headers)
 
 
 def _reject_unsupported(request: ChatCompletionRequest) -> None:

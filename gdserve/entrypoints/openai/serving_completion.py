@@ -2,6 +2,7 @@
 from collections.abc import AsyncIterator
 
 from fastapi import Request
+from fastapi.responses import JSONResponse
 
 from gdserve.entrypoints.openai.deltas import DeltaTracker
 from gdserve.entrypoints.openai.errors import bad_request
@@ -10,7 +11,7 @@ from gdserve.entrypoints.openai.protocol import CompletionRequest
 from gdserve.entrypoints.openai.serving import (ServingContext, abort_on_disconnect, collect, compile_constraint, encode_prompts,
                                                 merge, new_id, now, sampling_params, start_all, usage)
 from gdserve.entrypoints.openai.sse import sse_response
-from gdserve.entrypoints.openai.structured import report_fields, report_in_first_chunk
+from gdserve.entrypoints.openai.structured import fields_in_first_chunk, output_fields, output_headers
 from gdserve.outputs import RequestOutput
 
 
@@ -21,14 +22,15 @@ async def create_completion(ctx: ServingContext, request: CompletionRequest, raw
     prompts = encode_prompts(ctx, request.prompt, "prompt")
     ctx.check_queue(len(prompts))
     params = sampling_params(request, request.max_tokens, request.logprobs)
-    grammar = await compile_constraint(ctx, request)
+    constraint = await compile_constraint(ctx, request)
     request_id = new_id("cmpl")
-    streams = await start_all(ctx, request_id, prompts, params, grammar)
-    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **report_fields(request, grammar))
+    streams = await start_all(ctx, request_id, prompts, params, constraint.grammar)
+    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **output_fields(request, constraint))
+    headers = output_headers(constraint)
     if request.stream:
-        return sse_response(report_in_first_chunk(_stream(ctx, request, prompts, streams, meta)))
+        return sse_response(fields_in_first_chunk(_stream(ctx, request, prompts, streams, meta)), headers)
     outputs = await abort_on_disconnect(raw, collect(streams))
-    return _response(ctx, request, prompts, outputs, meta)
+    return JSONResponse(_response(ctx, request, prompts, outputs, meta), headers=headers)
 
 
 def _reject_unsupported(request: CompletionRequest) -> None:

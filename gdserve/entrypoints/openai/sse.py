@@ -33,6 +33,6 @@ async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
     yield "data: [DONE]\n\n"
 
 
-def sse_response(chunks: AsyncIterator[dict]) -> StreamingResponse:
+def sse_response(chunks: AsyncIterator[dict], headers: dict[str, str] | None = None) -> StreamingResponse:
     return StreamingResponse(_events(chunks), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})

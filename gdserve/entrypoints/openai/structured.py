@@ -1,7 +1,12 @@
 """A request's output constraint (guided_* fields, structured_outputs, response_format) as
-GuidedDecodingParams. More than one constraint is a 400; so is a constraint that fails to compile."""
+GuidedDecodingParams. More than one constraint is a 400; so is a constraint that fails to compile.
+
+OpenAI's `strict`: a JSON Schema with `"strict": false` (response_format.json_schema, a function
+tool) is compiled leniently, keywords it cannot enforce relaxed instead of refused; the response then
+says what was relaxed (structured_output_relaxed). `true` or absent: exact, or a 400."""
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.protocol import SamplingRequest
@@ -28,9 +33,10 @@ def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None
     open_objects = so is not None and so.disable_additional_properties is False
     if kind == "json" and isinstance(spec, str):
         spec = _parse_schema(spec, param)
+    lenient = param == "response_format" and kind == "json" and request.response_format.json_schema.strict is False
     try:
         return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace,
-                                    open_objects=open_objects), param
+                                    open_objects=open_objects, lenient=lenient), param
     except ValueError as e:
         raise bad_request(str(e), param) from None
 
@@ -76,20 +82,46 @@ def _parse_schema(text: str, param: str) -> dict:
     return schema
 
 
-def report_fields(request: SamplingRequest, grammar: Grammar | None) -> dict:
-    """{"structured_output_report": ...} when structured_outputs.report asks for it: for a JSON
-    Schema, each assertion keyword by JSON pointer as exact, approximated or ignored."""
+RESPONSE_FORMAT_SCHEMA = "response_format.json_schema.schema"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A request's compiled constraint (None: unconstrained) and, for each schema compiled leniently,
+    what its compile relaxed ("keyword at /pointer (note)", pointers into that schema), keyed by the
+    request field that holds the schema (RESPONSE_FORMAT_SCHEMA, "tools[i].function.parameters").
+    A lenient schema with nothing relaxed has an empty list: it was enforced as written."""
+    grammar: Grammar | None = None
+    relaxed: dict[str, list[str]] = field(default_factory=dict)
+
+
+def output_fields(request: SamplingRequest, constraint: Constraint) -> dict:
+    """The response's structured-output fields: {"structured_output_relaxed": ...} when a schema was
+    compiled leniently; {"structured_output_report": ...} when structured_outputs.report asks for it
+    (for a JSON Schema, each assertion keyword by JSON pointer as exact, approximated or ignored)."""
+    fields = {}
+    if constraint.relaxed:
+        fields["structured_output_relaxed"] = constraint.relaxed
     so = request.structured_outputs
-    if so is None or not so.report:
+    if so is not None and so.report:
+        fields["structured_output_report"] = getattr(constraint.grammar, "report", None)
+    return fields
+
+
+def output_headers(constraint: Constraint) -> dict[str, str]:
+    """X-Structured-Output-Relaxed: how many keywords were relaxed, beside structured_output_relaxed
+    (some clients pass on headers but not unknown body fields)."""
+    if not constraint.relaxed:
         return {}
-    return {"structured_output_report": getattr(grammar, "report", None)}
+    return {"X-Structured-Output-Relaxed": str(sum(map(len, constraint.relaxed.values())))}
 
 
-async def report_in_first_chunk(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]:
-    """A stream carries the enforcement report once, in its first chunk."""
+async def fields_in_first_chunk(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    """A stream carries the structured-output fields once, in its first chunk."""
     first = True
     async for chunk in chunks:
         if not first:
             chunk.pop("structured_output_report", None)
+            chunk.pop("structured_output_relaxed", None)
         first = False
         yield chunk

@@ -20,6 +20,12 @@ class Function:
     description: str | None
     parameters: dict
     index: int  # position in request.tools (for error messages)
+    strict: bool | None = None  # OpenAI's function.strict: False compiles the parameters leniently
+
+    @property
+    def where(self) -> str:
+        """The request field of the parameters (errors and structured_output_relaxed name it)."""
+        return f"tools[{self.index}].function.parameters"
 
 
 @dataclass
@@ -90,8 +96,12 @@ def _function(tool: dict, i: int) -> Function:
     if problem:
         raise bad_request(f"{where}.function.parameters (function '{name}') is not a valid JSON Schema: "
                           f"{problem}", "tools")
+    strict = fn.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise bad_request(f"{where}.function.strict (function '{name}') must be true or false, got {strict!r}",
+                          "tools")
     description = fn.get("description")
-    return Function(name, description if isinstance(description, str) else None, parameters, i)
+    return Function(name, description if isinstance(description, str) else None, parameters, i, strict)
 
 
 def schema_problem(schema, ptr: str = "") -> str | None:
