@@ -1,6 +1,7 @@
 """The offline API: batch generation on the engine, in the caller's thread."""
 import dataclasses
 from collections.abc import Sequence as SequenceABC
+from concurrent.futures import Future
 
 from gdserve.config import EngineConfig
 from gdserve.engine.llm_engine import LLMEngine
@@ -58,22 +59,31 @@ class LLM:
         return list(params)
 
     def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
+        """Every request starts at once, guided ones while their constraints compile (in parallel,
+        cached), so no request waits for another's compile; a constraint that fails to compile
+        aborts the batch and raises its GrammarError as soon as it is known."""
         engine = self.engine
-        # Compile every constraint first (in parallel, cached): a bad one raises GrammarError here.
-        futures = [engine.guided.submit(p.guided) if p.guided is not None else None for p in params]
-        grammars = [f.result() if f is not None else None for f in futures]
+        compiles = [engine.guided.submit(p.guided) for p in params if p.guided is not None]
         ids = []
         try:
-            for (text, token_ids), p, grammar in zip(prompts, params, grammars):
+            for (text, token_ids), p in zip(prompts, params):
                 p = dataclasses.replace(p, output_kind="final_only")  # nothing streams here
-                ids.append(engine.add_request(token_ids, p, prompt=text, grammar=grammar))
-        except ValueError:
+                ids.append(engine.add_request(token_ids, p, prompt=text))
+            finished: dict[str, RequestOutput] = {}
+            while len(finished) < len(ids):
+                _raise_failed_compile(compiles)
+                for out in engine.step():
+                    if out.finished:
+                        finished[out.request_id] = out
+            _raise_failed_compile(compiles)
+        except BaseException:
             for request_id in ids:
                 engine.abort_request(request_id)
             raise
-        finished: dict[str, RequestOutput] = {}
-        while len(finished) < len(ids):
-            for out in engine.step():
-                if out.finished:
-                    finished[out.request_id] = out
         return [finished[i] for i in ids]
+
+
+def _raise_failed_compile(compiles: list[Future]) -> None:
+    for future in compiles:
+        if future.done() and future.exception() is not None:
+            raise future.exception()
