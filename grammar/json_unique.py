@@ -32,6 +32,7 @@ from gdserve.grammar.matcher import Grammar, write_row
 from gdserve.grammar.token_index import TokenTrie
 
 MAX_SEARCH_NODES = 4096   # texts one viability search tries before refusing the token
+MAX_CACHED_VIABILITY = 4096  # viability answers a matcher keeps (many tokens lead to one scan)
 _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
 
 
@@ -91,7 +92,7 @@ class _VocabTables:
 
 
 class _ByteWalk:
-    """The automaton read byte by byte: step, allowed next bytes, bytes left to complete."""
+    """The automaton read byte by byte: step, the bytes allowed next, bytes left to complete."""
 
     def __init__(self, grammar: Grammar | CfgGrammar):
         self.grammar = grammar
@@ -102,6 +103,15 @@ class _ByteWalk:
             return self.grammar.advance(state, data)
         nxt = self.grammar.index.dfa.walk(state, data)
         return None if nxt == self.grammar.index.dfa.dead else nxt
+
+    def successors(self, state) -> list[tuple[int, object]]:
+        """(byte, next state) for every byte allowed in `state`."""
+        if self.cfg:
+            return [(b, nxt) for b in range(256) if (nxt := self.grammar.advance(state, bytes([b]))) is not None]
+        dfa = self.grammar.index.dfa
+        row = dfa.trans[state][dfa.classes]  # [256]: the next state per byte
+        live = np.flatnonzero(row != dfa.dead)
+        return list(zip(live.tolist(), row[live].tolist()))
 
     def distance(self, state) -> int:
         if self.cfg:
@@ -121,6 +131,7 @@ class UniqueItemsMatcher:
         self.trie: TokenTrie = grammar.base.trie if self.walk.cfg else grammar.base.index.trie
         self.tables = _VocabTables.of(self.trie)
         self._scans: list[Scan] = [Scan()]
+        self._viability: dict[tuple, bool] = {}  # (state, scan, budget) -> _search's answer
 
     # ---- the grammar contract ------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -190,6 +201,15 @@ class UniqueItemsMatcher:
         return None
 
     def _viable(self, scan: Scan, state, budget: int | None) -> bool:
+        key = (state, scan, budget)
+        found = self._viability.get(key)
+        if found is None:
+            if len(self._viability) >= MAX_CACHED_VIABILITY:
+                self._viability.clear()
+            found = self._viability[key] = self._search(scan, state, budget)
+        return found
+
+    def _search(self, scan: Scan, state, budget: int | None) -> bool:
         """Whether the item open or owed can complete as a value its array does not hold yet,
         the whole text within `budget` bytes: a best-first search over the automaton's bytes,
         nearest completion first, deepest first among equals (a dive to one completed item,
@@ -199,9 +219,8 @@ class UniqueItemsMatcher:
         frontier, nodes = [(0, 0, 0, state, scan)], 0
         while frontier:
             _, _, used, st, sc = heapq.heappop(frontier)
-            for b in range(256):
-                nxt = self.walk.step(st, bytes([b]))
-                after = None if nxt is None else self.scanner.byte(sc, b)
+            for b, nxt in self.walk.successors(st):
+                after = self.scanner.byte(sc, b)
                 if after is None:
                     continue
                 bound = used + 1 + self.walk.distance(nxt)

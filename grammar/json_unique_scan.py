@@ -5,13 +5,13 @@ structure: the open containers (each object's current key, each array's items so
 array is one whose items must be unique) and the scalar being read. A scalar item completes at
 its closing quote (strings) or at the first byte after it (numbers, true, false, null), and
 `byte` refuses the byte that would complete a duplicate (JSON equality: 1 == 1.0, "a" == "\\u0061",
-true != 1). Scans are copied per token, so its fields are immutable values.
+true != 1). A Scan is an immutable value: one per accepted token, shared where unchanged.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 
 from gdserve.grammar.json_unique_paths import ITEM, Path, matches
@@ -99,50 +99,53 @@ class Scanner:
         return scan
 
     def byte(self, scan: Scan, b: int) -> Scan | None:
+        # Scans are built directly, not with dataclasses.replace: this runs per byte of every
+        # token a fill checks.
+        frames = scan.frames
         if scan.in_string:
-            text = scan.text + bytes([b])
+            text = scan.text + bytes((b,))
             if scan.escaped or b != QUOTE:
-                return replace(scan, text=text, escaped=not scan.escaped and b == BACKSLASH)
-            return self._complete(replace(scan, text=text, in_string=False))
+                return Scan(frames, text, True, not scan.escaped and b == BACKSLASH)
+            return self._complete(frames, text)
         if scan.text is not None:
             if b in _SCALAR_BYTES:
-                return replace(scan, text=scan.text + bytes([b]))
-            scan = self._complete(scan)
+                return Scan(frames, scan.text + bytes((b,)))
+            scan = self._complete(frames, scan.text)
             if scan is None:
                 return None
+            frames = scan.frames
         if b == QUOTE:
-            return replace(scan, text=b'"', in_string=True, awaits_item=False)
+            return Scan(frames, b'"', True)
         if b in _SCALAR_START:
-            return replace(scan, text=bytes([b]), awaits_item=False)
+            return Scan(frames, bytes((b,)))
         if b in b"{[":
-            return self._open(replace(scan, awaits_item=False), b == ord("["))
+            return Scan(frames + (self._open(frames, b == ord("[")),))
         if b in b"}]":
-            return replace(scan, frames=scan.frames[:-1])
-        if b == ord(",") and scan.frames:
-            if scan.frames[-1].is_array:
-                return replace(scan, awaits_item=True)
-            return replace(scan, frames=scan.frames[:-1] + (Frame(False),))
+            return Scan(frames[:-1])
+        if b == ord(",") and frames:
+            if frames[-1].is_array:
+                return Scan(frames, awaits_item=True)
+            return Scan(frames[:-1] + (Frame(False),))
         return scan
 
-    def _open(self, scan: Scan, is_array: bool) -> Scan:
-        path = tuple(f.step for f in scan.frames)
-        seen = frozenset() if is_array and self.unique(path) else None
-        return replace(scan, frames=scan.frames + (Frame(is_array, seen=seen),))
+    def _open(self, frames: tuple[Frame, ...], is_array: bool) -> Frame:
+        path = tuple(f.step for f in frames)
+        return Frame(is_array, seen=frozenset() if is_array and self.unique(path) else None)
 
-    def _complete(self, scan: Scan) -> Scan | None:
-        text, frames = scan.text, scan.frames
-        scan = replace(scan, text=None)
+    def _complete(self, frames: tuple[Frame, ...], text: bytes) -> Scan | None:
+        """The scan after the scalar `text` completes: an object's key read, or an item of a
+        unique array kept (None if it repeats one)."""
         if not frames:
-            return scan
+            return Scan(frames)
         top = frames[-1]
         if not top.is_array and top.key is None:
-            return replace(scan, frames=frames[:-1] + (Frame(False, json.loads(text)),))
+            return Scan(frames[:-1] + (Frame(False, json.loads(text)),))
         if top.seen is None:
-            return scan
+            return Scan(frames)
         key = item_key(text)
         if key in top.seen:
             return None
-        return replace(scan, frames=frames[:-1] + (replace(top, seen=top.seen | {key}),))
+        return Scan(frames[:-1] + (Frame(True, seen=top.seen | {key}),))
 
 
 def path_matcher(paths: frozenset[Path]) -> Callable[[tuple], bool]:
