@@ -216,9 +216,9 @@ class UniqueItemsMatcher:
         then its neighbours)."""
         if self._settled(scan, scan):
             return True
-        frontier, nodes = [(0, 0, 0, state, scan)], 0
+        frontier, nodes = [(0, 0, 0, 0, state, scan)], 0
         while frontier:
-            _, _, used, st, sc = heapq.heappop(frontier)
+            *_, used, st, sc = heapq.heappop(frontier)
             for b, nxt in self.walk.successors(st):
                 after = self.scanner.byte(sc, b)
                 if after is None:
@@ -231,7 +231,7 @@ class UniqueItemsMatcher:
                 nodes += 1
                 if nodes > MAX_SEARCH_NODES:
                     return False
-                heapq.heappush(frontier, (bound, -used - 1, nodes, nxt, after))
+                heapq.heappush(frontier, (bound, -used - 1, nodes, used + 1, nxt, after))
         return False
 
     def _settled(self, start: Scan, scan: Scan) -> bool:
