@@ -69,7 +69,8 @@ relative-json-pointer, duration; non-standard names ignored), properties, patter
 required, additionalProperties, propertyNames (for maps), minProperties/maxProperties when implied
 or "at least one", dependentRequired, dependentSchemas, dependencies, items, prefixItems, draft-7
 items arrays + additionalItems, minItems, maxItems, uniqueItems (small finite item sets, tuples of
-disjoint positions, maxItems <= 1), allOf (merged into one schema, never concatenated), anyOf and
+disjoint positions, maxItems <= 1; other scalar items are listed in `unique_items` and kept by the
+matcher, json_unique), allOf (merged into one schema, never concatenated), anyOf and
 oneOf (distributed over their siblings), not and if/then/else (see above), $ref ("#", JSON
 pointers with ~0 ~1 and %-escapes, definitions, $anchor, the root $id, embedded resources' $id;
 siblings merged). Any keyword beside an enum/const that evaluates every value.
