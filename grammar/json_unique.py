@@ -6,9 +6,10 @@ so json_schema builds such arrays without it and the matcher keeps, per sequence
 allowed where the automaton allows it and
 - no item it completes equals an earlier item of its array (the token that would complete a
   duplicate is refused; one that continues a longer item is not), and
-- an item it leaves open can still complete as a new value (within the budget, when one is
-  given): a breadth-first search over the automaton's bytes from the state after the token,
-  bounded by MAX_SEARCH_NODES (past it the token is refused: a narrowing, never a relaxation).
+- an item it leaves open (or owes, after a `,`) can still complete as a new value (within the
+  budget, when one is given): a depth-first search over the automaton's bytes from the state
+  after the token, bounded by MAX_SEARCH_STEPS (past it the token is refused: a narrowing, never
+  a relaxation).
 So every allowed token keeps the sequence completable and the closing guarantee carries over:
 an array that can take no other distinct item can still close.
 
@@ -19,7 +20,6 @@ arrays, the few that open one and complete two items.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +31,11 @@ from gdserve.grammar.json_unique_scan import Scan, Scanner, decoded_prefix, item
 from gdserve.grammar.matcher import Grammar, write_row
 from gdserve.grammar.token_index import TokenTrie
 
-MAX_SEARCH_NODES = 4096   # texts one viability search tries before refusing the token
+MAX_SEARCH_STEPS = 4096   # bytes one viability search tries before refusing the token
+# Bytes in the order the search tries them: what closes an item first, then what spells one,
+# zero after the other digits (trailing zeros of a fraction or leading zeros of an exponent spell
+# the same number again, without end).
+_SEARCH_ORDER = tuple(dict.fromkeys([*b'",]}1234567890', *range(97, 123), *range(65, 91), *range(256)]))
 MAX_CACHED_VIABILITY = 4096  # viability answers a matcher keeps (many tokens lead to one scan)
 _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
 
@@ -92,7 +96,7 @@ class _VocabTables:
 
 
 class _ByteWalk:
-    """The automaton read byte by byte: step, the bytes allowed next, bytes left to complete."""
+    """The automaton read byte by byte: step, and bytes left to complete."""
 
     def __init__(self, grammar: Grammar | CfgGrammar):
         self.grammar = grammar
@@ -103,15 +107,6 @@ class _ByteWalk:
             return self.grammar.advance(state, data)
         nxt = self.grammar.index.dfa.walk(state, data)
         return None if nxt == self.grammar.index.dfa.dead else nxt
-
-    def successors(self, state) -> list[tuple[int, object]]:
-        """(byte, next state) for every byte allowed in `state`."""
-        if self.cfg:
-            return [(b, nxt) for b in range(256) if (nxt := self.grammar.advance(state, bytes([b]))) is not None]
-        dfa = self.grammar.index.dfa
-        row = dfa.trans[state][dfa.classes]  # [256]: the next state per byte
-        live = np.flatnonzero(row != dfa.dead)
-        return list(zip(live.tolist(), row[live].tolist()))
 
     def distance(self, state) -> int:
         if self.cfg:
@@ -209,29 +204,26 @@ class UniqueItemsMatcher:
             found = self._viability[key] = self._search(scan, state, budget)
         return found
 
-    def _search(self, scan: Scan, state, budget: int | None) -> bool:
+    def _search(self, start: Scan, state, budget: int | None) -> bool:
         """Whether the item open or owed can complete as a value its array does not hold yet,
-        the whole text within `budget` bytes: a best-first search over the automaton's bytes,
-        nearest completion first, deepest first among equals (a dive to one completed item,
-        then its neighbours)."""
-        if self._settled(scan, scan):
-            return True
-        frontier, nodes = [(0, 0, 0, 0, state, scan)], 0
-        while frontier:
-            *_, used, st, sc = heapq.heappop(frontier)
-            for b, nxt in self.walk.successors(st):
-                after = self.scanner.byte(sc, b)
-                if after is None:
-                    continue
-                bound = used + 1 + self.walk.distance(nxt)
-                if budget is not None and bound > budget:
-                    continue
-                if self._settled(scan, after):
-                    return True
-                nodes += 1
-                if nodes > MAX_SEARCH_NODES:
+        the whole text within `budget` bytes: a depth-first search over the automaton's bytes,
+        the bytes that end items tried first, at most MAX_SEARCH_STEPS bytes tried."""
+        stack, steps = [(state, start, 0, 0)], 0  # (automaton state, scan, bytes used, next byte)
+        while stack:
+            st, sc, used, i = stack.pop()
+            for i in range(i, 256):
+                steps += 1
+                if steps > MAX_SEARCH_STEPS:
                     return False
-                heapq.heappush(frontier, (bound, -used - 1, nodes, used + 1, nxt, after))
+                b = _SEARCH_ORDER[i]
+                nxt = self.walk.step(st, bytes((b,)))
+                after = None if nxt is None else self.scanner.byte(sc, b)
+                if after is None or (budget is not None and used + 1 + self.walk.distance(nxt) > budget):
+                    continue
+                if self._settled(start, after):
+                    return True
+                stack += [(st, sc, used, i + 1), (nxt, after, used + 1, 0)]
+                break
         return False
 
     def _settled(self, start: Scan, scan: Scan) -> bool:
