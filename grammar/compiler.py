@@ -86,7 +86,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
     grammar = Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report).prepare_budgets()
-    return with_unique_items(grammar, _parsed(spec), unique_items)
+    return with_unique_items(grammar, _parsed(spec), unique_items) if unique_items else grammar
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,
@@ -130,6 +130,8 @@ def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
     report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)
     grammar = compile_cfg(compiled.spec(), vocab, vocab_size, "json", compiled.relaxed, margin, report)
+    if not compiled.unique_items:
+        return grammar
     return with_unique_items(grammar, _parsed(schema), compiled.unique_items)
 
 

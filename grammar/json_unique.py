@@ -40,10 +40,8 @@ MAX_CACHED_VIABILITY = 4096  # viability answers a matcher keeps (many tokens le
 _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
 
 
-def with_unique_items(grammar: Grammar | CfgGrammar, schema: object, pointers: list[str]):
+def with_unique_items(grammar: Grammar | CfgGrammar, schema: object, pointers: list[str]) -> "UniqueItemsGrammar":
     """The grammar, wrapped to keep the uniqueItems at `pointers` (json_schema's unique_items)."""
-    if not pointers:
-        return grammar
     return UniqueItemsGrammar(grammar, unique_array_paths(schema, pointers))
 
 
