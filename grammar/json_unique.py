@@ -132,16 +132,25 @@ class UniqueItemsMatcher:
         write_row(bitmask, row, self.next_token_row(budget), self.grammar.vocab_size)
 
     def next_token_row(self, budget: int | None = None) -> torch.Tensor:
+        """The automaton's row (its budget_row near the budget) less the tokens uniqueness
+        refuses. Where the budget, counted a byte per token, would leave no token (the
+        automaton's row then holds the tokens that bring completion closest), those that keep
+        every item new are kept regardless of it."""
         row = self.base.next_token_row(budget)
         if self.base.is_terminated():
             return row
-        refused = [t for t in self._candidates(row).tolist() if not self._fits(t, budget)]
-        if not refused:
-            return row
-        words = row.numpy().view(np.uint32).copy()
-        ids = np.array(refused, dtype=np.int64)
-        np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
+        words = self._refuse(row, budget)
+        if budget is not None and not words.any():
+            words = self._refuse(row, None)
         return torch.from_numpy(words.view(np.int32))
+
+    def _refuse(self, row: torch.Tensor, budget: int | None) -> np.ndarray:
+        words = row.numpy().view(np.uint32).copy()
+        refused = [t for t in self._candidates(row).tolist() if not self._fits(t, budget)]
+        if refused:
+            ids = np.array(refused, dtype=np.int64)
+            np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
+        return words
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the automaton refuses it, it completes
