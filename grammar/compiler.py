@@ -61,7 +61,8 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
 
 def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
                             whitespace_pattern: str | None = None, lenient: bool = False,
-                            open_objects: bool = False, vocab_size: int | None = None) -> Grammar | CfgGrammar | UniqueItemsGrammar:
+                            open_objects: bool = False,
+                            vocab_size: int | None = None) -> Grammar | CfgGrammar | UniqueItemsGrammar:
     """compile_grammar on a prepared TokenVocabulary (what the compile workers hold)."""
     vocab_size = vocab.size if vocab_size is None else vocab_size
     if vocab_size < 1:
