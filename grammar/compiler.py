@@ -24,6 +24,7 @@ from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooL
 from gdserve.grammar.json_report import enforcement_report
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
+from gdserve.grammar.json_unique import UniqueItemsGrammar, with_unique_items
 from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
@@ -40,7 +41,7 @@ KINDS = ("json", "regex", "choice", "grammar", "json_object")
 def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase", *,
                     whitespace_pattern: str | None = None, lenient: bool = False,
                     open_objects: bool = False, vocab_size: int | None = None,
-                    eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar:
+                    eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar | UniqueItemsGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
     `tokenizer`. A recursive JSON Schema, one whose regex would be too large to index
     (json_schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
@@ -60,7 +61,8 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
 
 def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
                             whitespace_pattern: str | None = None, lenient: bool = False,
-                            open_objects: bool = False, vocab_size: int | None = None) -> Grammar | CfgGrammar:
+                            open_objects: bool = False,
+                            vocab_size: int | None = None) -> Grammar | CfgGrammar | UniqueItemsGrammar:
     """compile_grammar on a prepared TokenVocabulary (what the compile workers hold)."""
     vocab_size = vocab.size if vocab_size is None else vocab_size
     if vocab_size < 1:
@@ -70,7 +72,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if kind == "json_object":
         return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
     try:
-        regex, relaxed, report = spec_to_regex(kind, spec, whitespace_pattern, lenient, open_objects)
+        regex, relaxed, report, unique_items = spec_to_regex(kind, spec, whitespace_pattern, lenient, open_objects)
     except (RecursiveSchemaError, RegexTooLargeError) as no_regex:
         try:
             return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
@@ -84,20 +86,22 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
     if not can_reach_final(index, initial_state):
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
                            "with it (no sequence of its tokens spells a text the regex matches)")
-    return Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report).prepare_budgets()
+    grammar = Grammar(kind, index, initial_state, vocab_size, eos, regex, relaxed, report).prepare_budgets()
+    return with_unique_items(grammar, _parsed(spec), unique_items) if unique_items else grammar
 
 
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,
-                  open_objects: bool = False) -> tuple[str, list[str], dict | None]:
-    """(regex, relaxed JSON-pointer keywords, the enforcement report of a JSON Schema)."""
+                  open_objects: bool = False) -> tuple[str, list[str], dict | None, list[str]]:
+    """(regex, relaxed JSON-pointer keywords, the enforcement report of a JSON Schema, the
+    uniqueItems its matchers keep: json_unique)."""
     if kind == "regex":
-        return prepare_regex(spec), [], None
+        return prepare_regex(spec), [], None, []
     if kind == "choice":
-        return choice_regex(spec), [], None
+        return choice_regex(spec), [], None, []
     if kind == "json":
         compiled = compile_json_schema(spec, whitespace_pattern, lenient, open_objects=open_objects)
-        return compiled.regex, compiled.relaxed, enforcement_report(_parsed(spec), compiled.relaxed,
-                                                                    compiled.narrowed)
+        report = enforcement_report(_parsed(spec), compiled.relaxed, compiled.narrowed)
+        return compiled.regex, compiled.relaxed, report, compiled.unique_items
     raise GrammarError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
@@ -128,7 +132,10 @@ def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
     # one token may commit to an optional part's whole shortest text, maybe two nested (`[{`)
     margin = STEER_MARGIN + 2 * compiled.max_open_bytes
     report = enforcement_report(_parsed(schema), compiled.relaxed, compiled.narrowed)
-    return compile_cfg(compiled.spec(), vocab, vocab_size, "json", compiled.relaxed, margin, report)
+    grammar = compile_cfg(compiled.spec(), vocab, vocab_size, "json", compiled.relaxed, margin, report)
+    if not compiled.unique_items:
+        return grammar
+    return with_unique_items(grammar, _parsed(schema), compiled.unique_items)
 
 
 def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:

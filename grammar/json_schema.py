@@ -69,7 +69,8 @@ relative-json-pointer, duration; non-standard names ignored), properties, patter
 required, additionalProperties, propertyNames (for maps), minProperties/maxProperties when implied
 or "at least one", dependentRequired, dependentSchemas, dependencies, items, prefixItems, draft-7
 items arrays + additionalItems, minItems, maxItems, uniqueItems (small finite item sets, tuples of
-disjoint positions, maxItems <= 1), allOf (merged into one schema, never concatenated), anyOf and
+disjoint positions, maxItems <= 1; other scalar items are listed in `unique_items` and kept by the
+matcher, json_unique), allOf (merged into one schema, never concatenated), anyOf and
 oneOf (distributed over their siblings), not and if/then/else (see above), $ref ("#", JSON
 pointers with ~0 ~1 and %-escapes, definitions, $anchor, the root $id, embedded resources' $id;
 siblings merged). Any keyword beside an enum/const that evaluates every value.
@@ -147,6 +148,7 @@ DEFAULT_WS_BREAK = r"(?:[ \t]?|\n[ \t]{0,24})"  # the deepest form
 DEFAULT_WS_INLINE = r"[ \t]?"
 
 _STRING_SCHEMA = {"type": "string"}
+_SCALAR_TYPES = {"string", "integer", "fraction", "boolean", "null"}  # json_schema_norm._TYPES
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _INTEGER = r"(?:0|-?[1-9][0-9]*)"
 _ANY_STRING = f'"{CHAR}*"'
@@ -158,6 +160,7 @@ class JsonSchemaRegex:
     regex: str
     relaxed: list[str]  # what is not enforced exactly ("keyword at /pointer (note)")
     narrowed: list[str]  # where the regex is stricter than the schema (lowered upper bounds)
+    unique_items: list[str] = field(default_factory=list)  # uniqueItems left to the matcher (json_unique)
 
 
 def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
@@ -187,7 +190,8 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     if len(rx) > EXPANSION_CHECK_CHARS and (size := parse(rx).size) > MAX_EXPANDED_SIZE:
         raise RegexTooLargeError(f"schema too large for the regex compiler: its regex expands to {size} "
                                  f"positions (limit {MAX_EXPANDED_SIZE})")
-    return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+    return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)),
+                           list(dict.fromkeys(c.unique_items)))
 
 
 @dataclass
@@ -198,6 +202,7 @@ class JsonSchemaRules:
     rules: dict[str, str]
     relaxed: list[str]
     narrowed: list[str]
+    unique_items: list[str] = field(default_factory=list)  # as JsonSchemaRegex.unique_items
 
 
 def compile_json_schema_rules(schema: dict | bool | str, whitespace_pattern: str | None = None,
@@ -209,7 +214,8 @@ def compile_json_schema_rules(schema: dict | bool | str, whitespace_pattern: str
     c = _Compiler(schema, ws_inline, ws_break or DEFAULT_WS_BREAK, lenient, rules=_Rules(),
                   open_objects=open_objects)
     root = c.compile_root()
-    return JsonSchemaRules(root, c.rules.bodies, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)))
+    return JsonSchemaRules(root, c.rules.bodies, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)),
+                           list(dict.fromkeys(c.unique_items)))
 
 
 def _prepare(schema, whitespace_pattern: str | None) -> tuple[dict | bool, str, str | None]:
@@ -292,6 +298,8 @@ class _Compiler(Normalizer):
         self.max_regex_chars = MAX_REGEX_CHARS if parent is None else parent.max_regex_chars
         self.rules = rules
         self.rules_mode = rules is not None
+        # pointers of the uniqueItems the matcher enforces (json_unique), shared with sub-compilers
+        self.unique_items: list[str] = [] if parent is None else parent.unique_items
         self.wsi = ws_inline
         self._wsb = ws_break  # None: the default, bounded by nesting depth
         self.depth = 0  # containers open around the value being compiled
@@ -1039,8 +1047,7 @@ class _Compiler(Normalizer):
             return False
         values = self._finite_values(n.items) if n.items is not None else None
         if values is None:
-            self.unsupported("uniqueItems", n.unique, "items are not a small finite set of values")
-            return False
+            return self._unique_in_matcher(n)
         k = len(values)
         if k == 0:
             return f"\\[{self.wsb}\\]" if lo == 0 else None
@@ -1053,8 +1060,7 @@ class _Compiler(Normalizer):
             perms *= k - m + 1
             total += perms
         if total > UNIQUE_SEQUENCES_LIMIT:
-            self.unsupported("uniqueItems", n.unique, f"{k} possible items are too many to enumerate")
-            return False
+            return self._unique_in_matcher(n)
         lits = [self.literal(v) for v in values]
 
         def rest(avail: tuple, count: int) -> str:
@@ -1071,6 +1077,26 @@ class _Compiler(Normalizer):
         if lo == 0:
             return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
         return f"\\[{self.wsb}{body}{self.wsb}\\]"
+
+    def _unique_in_matcher(self, n: _Node) -> bool:
+        """uniqueItems over scalar items that no regex can enumerate: the array is built without
+        it and the matcher refuses duplicates (json_unique); False either way."""
+        if n.items is None or not self._scalar_items(n.items):
+            self.unsupported("uniqueItems", n.unique, "items may be objects or arrays: only scalar items "
+                                                      "(strings, numbers, booleans, null) are kept unique")
+            return False
+        self.unique_items.append(n.unique)
+        return False
+
+    def _scalar_items(self, conj: list[_Sub]) -> bool:
+        res = self.normalize(conj)
+        if res is None:
+            return True
+        if isinstance(res, _Alts):
+            return all(self._scalar_items(c) for c in res.conjs)
+        if res.enum is not None:
+            return all(not isinstance(v, (dict, list)) for v in res.enum)
+        return res.types is not None and res.types <= _SCALAR_TYPES
 
     def _finite_values(self, conj: list[_Sub]) -> list | None:
         res = self.normalize(conj)

@@ -36,6 +36,7 @@ class JsonSchemaGrammar:
     relaxed: list[str]
     narrowed: list[str]
     max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
+    unique_items: list[str]    # uniqueItems the matcher keeps (json_unique)
 
     def spec(self) -> CfgSpec:
         """Exact: the terminals are cuts of one regex, so every split and every parse of a text
@@ -69,7 +70,8 @@ def schema_to_grammar(schema: dict | bool | str, whitespace_pattern: str | None 
     rules = [Rule(name, tuple(option.split())) for name, body in bodies
              for option in dict.fromkeys(body.split(" | "))]
     return JsonSchemaGrammar(rules, {name: regex for regex, name in writer.terminals.items()},
-                             compiled.relaxed, compiled.narrowed, _max_open_bytes(root, trees))
+                             compiled.relaxed, compiled.narrowed, _max_open_bytes(root, trees),
+                             compiled.unique_items)
 
 
 def _max_open_bytes(root: Node, trees: dict[str, Node]) -> int:
