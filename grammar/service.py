@@ -26,7 +26,6 @@ import threading
 from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,6 +125,8 @@ class CompileService:
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
+        # Pickled here, once: in a lane's thread it would hold the GIL while submit() waits on it.
+        self._vocab_message = pickle.dumps((self.vocab, memory_limit_mb), protocol=pickle.HIGHEST_PROTOCOL)
         self._grammars = LRU(cache_size)
         self._errors = LRU(min(cache_size, ERROR_CACHE_SIZE))
         self._pending: dict[tuple, _Job] = {}
@@ -230,10 +231,6 @@ class CompileService:
                 self._errors.put(job.key, job.future)
 
     # ---- a lane's thread ----
-    @cached_property
-    def _vocab_message(self) -> bytes:
-        return pickle.dumps((self.vocab, self.memory_limit_mb), protocol=pickle.HIGHEST_PROTOCOL)
-
     def _serve(self, lane: _Lane) -> None:
         """Start the lane's worker, then run the jobs _dispatch hands it until the worker times
         out or dies, or the service closes; then the lane ends."""
