@@ -107,15 +107,26 @@ def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
         svc.submit("regex", "a")
 
 def test_workers_start_on_demand_up_to_max_workers(smollm2_tokenizer):
-    with CompileService(smollm2_tokenizer, max_workers=3, timeout_s=60.0) as svc:
+    with CompileService(smollm2_tokenizer, max_workers=2, timeout_s=60.0) as svc:
         assert svc.worker_pids() == []  # nothing compiled yet: no worker
         svc.compile("choice", ["one"])
         assert len(svc.worker_pids()) == 1  # one job at a time: one worker serves it
-        futures = [svc.submit("regex", rf"[a-z]{{{n}}}x") for n in range(1, 9)]
+        futures = [svc.submit("regex", rf"[a-z]{{{n}}}x") for n in range(1, 6)]
         assert not any(f.done() for f in futures)  # submit returned before any worker started
         done, not_done = wait(futures, timeout=120)
         assert not not_done and all(f.exception() is None for f in futures)
-        wait_until(lambda: len(svc.worker_pids()) == 3, 60, "three workers for the queued jobs")
+        wait_until(lambda: len(svc.worker_pids()) == 2, 60, "a second worker for the queued jobs")
+
+
+def test_a_worker_that_cannot_start_fails_the_waiting_jobs_then_a_later_submit_retries(
+        smollm2_tokenizer, monkeypatch):
+    with CompileService(smollm2_tokenizer, timeout_s=30.0) as svc:
+        monkeypatch.setattr(sys, "executable", "/bin/false")  # the worker exits at once
+        future = svc.submit("regex", "[a-c]+")
+        with pytest.raises(CompilerUnavailableError, match="failed to start: exit code 1"):
+            future.result(timeout=30)
+        monkeypatch.undo()
+        assert svc.compile("regex", "[a-c]+").regex == "[a-c]+"  # not cached: a fresh worker
 
 
 def test_a_worker_dies_with_its_parent(tiny_llama_dir, tmp_path):
