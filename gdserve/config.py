@@ -1,3 +1,4 @@
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -34,7 +35,13 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     seed: int = 0
     grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
-    grammar_compile_workers: int = 1         # processes compiling constraints off the engine loop
+    # Processes compiling constraints off the engine loop, one constraint each at a time. None: one
+    # per usable core (the process's CPU affinity) less one for the engine loop, at most 8: a burst
+    # of new schemas then compiles in parallel, while the cap bounds memory (each worker holds the
+    # vocabulary, its token trie and its own imports, ~250 MB resident). Workers start on demand
+    # (none until the first guided request, another only while compiles queue), so an idle or
+    # unguided server holds only what its load has needed.
+    grammar_compile_workers: int | None = None
     # Compiled grammars persist here across restarts ("auto": $GDSERVE_CACHE/grammars; None: off)
     grammar_cache_dir: str | None = "auto"
     enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
@@ -59,6 +66,8 @@ class EngineConfig:
         _check(self.quantization is None or self.quantization in QUANTIZATIONS, "quantization",
                f"must be None or one of {list(QUANTIZATIONS)}")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
+        if self.grammar_compile_workers is None:
+            self.grammar_compile_workers = default_compile_workers()
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
 
     def grammar_cache_path(self) -> Path | None:
@@ -83,6 +92,15 @@ class EngineConfig:
 
     def torch_kv_cache_dtype(self) -> torch.dtype:
         return self.torch_dtype() if self.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+
+MAX_DEFAULT_COMPILE_WORKERS = 8
+
+
+def default_compile_workers() -> int:
+    """grammar_compile_workers when unset: the usable cores less one, within [1, 8]."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores - 1, MAX_DEFAULT_COMPILE_WORKERS))
 
 
 @cache

@@ -32,3 +32,12 @@ def test_quantization_takes_fp8_and_names_a_bad_value():
     assert EngineConfig(device="cpu", quantization="fp8").quantization == "fp8"
     with pytest.raises(ValueError, match=r"quantization must be None or one of \['fp8'\]"):
         EngineConfig(device="cpu", quantization="awq")
+
+
+@pytest.mark.parametrize("cores,workers", [(1, 1), (2, 1), (4, 3), (16, 8), (128, 8)])
+def test_compile_workers_default_to_the_usable_cores_less_one_capped(monkeypatch, cores, workers):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert EngineConfig(device="cpu").grammar_compile_workers == workers
+    assert EngineConfig(device="cpu", grammar_compile_workers=32).grammar_compile_workers == 32
+    with pytest.raises(ValueError, match="grammar_compile_workers must be >= 1"):
+        EngineConfig(device="cpu", grammar_compile_workers=0)

@@ -60,7 +60,8 @@ class GuidedDecoder:
 
     @property
     def service(self) -> CompileService:
-        """Started on first use: a server that never sees a guided request spawns no workers."""
+        """Started on first use, and its workers on demand: a server that never sees a guided
+        request starts none."""
         if self._closed:
             raise CompilerUnavailableError("the engine is closed: no more constraints compile")
         if self._service is None:

@@ -24,6 +24,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
+    parser.add_argument("--grammar-compile-workers", type=int,
+                        help="processes compiling constraints, started on demand (default: the usable "
+                             "CPU cores less one, at most 8)")
     parser.add_argument("--grammar-cache-dir", default="auto",
                         help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
                              "'none' turns it off)")
@@ -40,7 +43,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
-                grammar_compile_timeout_s=args.grammar_compile_timeout_s, enforce_eager=args.enforce_eager,
+                grammar_compile_timeout_s=args.grammar_compile_timeout_s,
+                grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
                 async_scheduling=args.async_scheduling)
 

@@ -1,5 +1,8 @@
 """CompileService: worker processes, cache, timeout, crash recovery."""
 import os
+import subprocess
+import sys
+import textwrap
 import time
 from concurrent.futures import wait
 
@@ -7,6 +10,7 @@ import pytest
 
 from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
+from tests.entrypoints.openai.observe import is_running, wait_until
 from tests.grammar.walk import allowed_ids
 
 SLOW = r"(a|b|ab){1,400}c{1,600}"    # ~6 s to build its DFA (81k states)
@@ -102,6 +106,49 @@ def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
     with pytest.raises(RuntimeError, match="closed"):
         svc.submit("regex", "a")
 
+def test_workers_start_on_demand_up_to_max_workers(smollm2_tokenizer):
+    with CompileService(smollm2_tokenizer, max_workers=2, timeout_s=60.0) as svc:
+        assert svc.worker_pids() == []  # nothing compiled yet: no worker
+        svc.compile("choice", ["one"])
+        assert len(svc.worker_pids()) == 1  # one job at a time: one worker serves it
+        futures = [svc.submit("regex", rf"[a-z]{{{n}}}x") for n in range(1, 6)]
+        assert not any(f.done() for f in futures)  # submit returned before any worker started
+        done, not_done = wait(futures, timeout=120)
+        assert not not_done and all(f.exception() is None for f in futures)
+        wait_until(lambda: len(svc.worker_pids()) == 2, 60, "a second worker for the queued jobs")
+
+
+def test_a_worker_that_cannot_start_fails_the_waiting_jobs_then_a_later_submit_retries(
+        smollm2_tokenizer, monkeypatch):
+    with CompileService(smollm2_tokenizer, timeout_s=30.0) as svc:
+        monkeypatch.setattr(sys, "executable", "/bin/false")  # the worker exits at once
+        future = svc.submit("regex", "[a-c]+")
+        with pytest.raises(CompilerUnavailableError, match="failed to start: exit code 1"):
+            future.result(timeout=30)
+        monkeypatch.undo()
+        assert svc.compile("regex", "[a-c]+").regex == "[a-c]+"  # not cached: a fresh worker
+
+
+def test_a_worker_dies_with_its_parent(tiny_llama_dir, tmp_path):
+    """A parent killed while its worker compiles leaves no orphan behind."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, time
+        from gdserve.grammar.service import CompileService
+        from gdserve.models.loader import load_tokenizer
+
+        service = CompileService(load_tokenizer({str(tiny_llama_dir)!r}), timeout_s=120)
+        service.submit("regex", {SLOW!r})
+        while not service.worker_pids():
+            time.sleep(0.05)
+        print(service.worker_pids()[0], flush=True)
+        time.sleep(0.5)  # the job on its way to the worker
+        os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    worker = int(proc.stdout.split()[0])
+    wait_until(lambda: not is_running(worker), 10, f"the orphaned worker {worker} gone")
 
 
 def test_disk_cache_survives_a_restart(smollm2_tokenizer, tmp_path):

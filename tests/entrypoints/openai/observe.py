@@ -84,9 +84,8 @@ def children(pid: int) -> list[int]:
 
 
 def compile_workers(server_pid: int) -> list[int]:
-    """The server's grammar compile workers: its multiprocessing `spawn` children (not the
-    resource tracker)."""
-    return [p for p in children(server_pid) if b"spawn_main" in _read(f"/proc/{p}/cmdline")]
+    """The server's grammar compile workers: its children running gdserve.grammar.compile_worker."""
+    return [p for p in children(server_pid) if b"gdserve.grammar.compile_worker" in _read(f"/proc/{p}/cmdline")]
 
 
 def exists(pid: int) -> bool:
