@@ -38,9 +38,8 @@ class EngineConfig:
     # Processes compiling constraints off the engine loop, one constraint each at a time. None: one
     # per usable core (the process's CPU affinity) less one for the engine loop, at most 8: a burst
     # of new schemas then compiles in parallel, while the cap bounds memory (each worker holds the
-    # vocabulary, its token trie and its own imports, ~250 MB resident). Workers start on demand
-    # (none until the first guided request, another only while compiles queue), so an idle or
-    # unguided server holds only what its load has needed.
+    # vocabulary, its token trie and its own imports, ~250 MB resident). The engine starts them
+    # with itself, in the background, so a first burst of guided requests waits only for compiles.
     grammar_compile_workers: int | None = None
     # Compiled grammars persist here across restarts ("auto": $GDSERVE_CACHE/grammars; None: off)
     grammar_cache_dir: str | None = "auto"

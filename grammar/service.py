@@ -166,6 +166,13 @@ class CompileService:
         """Blocking submit: the Grammar, or GrammarError."""
         return self.submit(kind, spec, **options).result()
 
+    def start_workers(self) -> None:
+        """Start every worker now, in the background (this returns at once), so that the first
+        compiles need not wait for a worker to start (a new Python importing torch: seconds)."""
+        with self._lock:
+            while not self._closed and len(self._lanes) < self.max_workers:
+                self._start_lane()
+
     def worker_pids(self) -> list[int]:
         """The pids of the started workers."""
         with self._lock:
@@ -208,12 +215,15 @@ class CompileService:
                 lane.wake()
         starting = sum(not lane.ready for lane in self._lanes)
         while len(self._queue) > starting and len(self._lanes) < self.max_workers:
-            lane = _Lane()
-            lane.thread = threading.Thread(target=self._serve, args=(lane,), daemon=True,
-                                           name="grammar-compile-lane")
-            self._lanes.append(lane)
-            lane.thread.start()
+            self._start_lane()
             starting += 1
+
+    def _start_lane(self) -> None:
+        lane = _Lane()
+        lane.thread = threading.Thread(target=self._serve, args=(lane,), daemon=True,
+                                       name="grammar-compile-lane")
+        self._lanes.append(lane)
+        lane.thread.start()
 
     def _settle(self, job: _Job, grammar: Grammar | None = None,
                 error: GrammarError | None = None, cache: bool = True) -> None:

@@ -60,8 +60,7 @@ class GuidedDecoder:
 
     @property
     def service(self) -> CompileService:
-        """Started on first use, and its workers on demand: a server that never sees a guided
-        request starts none."""
+        """Started on first use (the engine's start_workers)."""
         if self._closed:
             raise CompilerUnavailableError("the engine is closed: no more constraints compile")
         if self._service is None:
@@ -70,6 +69,11 @@ class GuidedDecoder:
                                            eos_token_ids=self.eos_token_ids, vocab_size=self.vocab_size,
                                            cache_dir=self.cache_dir)
         return self._service
+
+    def start_workers(self) -> None:
+        """Start the compile workers in the background, beside the model's load, so that the first
+        guided requests wait for their compiles only, not for the workers' start (seconds each)."""
+        self.service.start_workers()
 
     def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())

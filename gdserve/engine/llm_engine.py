@@ -71,6 +71,10 @@ class LLMEngine:
                                                      config.quantization)
         self.tokenizer = load_tokenizer(resolve_model(config.tokenizer) if config.tokenizer else path)
         self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
+        self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
+                                    config.grammar_compile_timeout_s, config.grammar_compile_workers,
+                                    config.grammar_cache_path())
+        self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
         self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
@@ -82,9 +86,6 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
-        self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
-                                    config.grammar_compile_timeout_s, config.grammar_compile_workers,
-                                    config.grammar_cache_path())
         # Overlap each step's host work with the device's forward (where the forward is asynchronous).
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
                                  else self.device.type == "cuda")

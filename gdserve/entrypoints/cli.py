@@ -25,7 +25,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
     parser.add_argument("--grammar-compile-workers", type=int,
-                        help="processes compiling constraints, started on demand (default: the usable "
+                        help="processes compiling constraints, started with the engine (default: the usable "
                              "CPU cores less one, at most 8)")
     parser.add_argument("--grammar-cache-dir", default="auto",
                         help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
