@@ -22,6 +22,7 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
 from gdserve.kernels.bitmask import pack_words
@@ -36,6 +37,7 @@ MAX_LOOPS = 32        # loop states find_loops lists at most (token_trie.c's MAX
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
 MAX_CACHED_PURE_ROWS = 1024    # (byte set, length, width) rows a trie keeps (6 KB each at 49k tokens)
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
+MAX_DFA_STATES = 1 << 20      # a regex past this is left to outlines-core (and the compile timeout)
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -55,6 +57,14 @@ def mask_library() -> ctypes.CDLL | None:
         lib.find_loops.restype = i32
         lib.token_distances.argtypes = [p, i32, p, i32, p, p, i32, p, p]
         lib.token_distances.restype = None
+        lib.byte_dfa_new.argtypes = [i32, i32, i32, i32, p, p, p, p, p, p, i32]
+        lib.byte_dfa_new.restype = p
+        lib.byte_dfa_expand_all.argtypes = [p]
+        lib.byte_dfa_expand_all.restype = i32
+        lib.byte_dfa_copy.argtypes = [p, p, p, p]
+        lib.byte_dfa_copy.restype = None
+        lib.byte_dfa_free.argtypes = [p]
+        lib.byte_dfa_free.restype = None
     return lib
 
 
@@ -107,6 +117,44 @@ class ByteDFA:
 
 
 def build_byte_dfa(pattern: str) -> ByteDFA:
+    """The DFA of `pattern` (indexed_pattern's form: a full match) as a dense table: byte_nfa's
+    NFA determinized in C where it reads the syntax and the native kernels load, else
+    outlines-core's (which raises a ValueError for a bad regex). Both give the same language."""
+    lib = mask_library()
+    try:
+        nfa = None if lib is None else build_nfa(pattern)
+    except Unsupported:
+        nfa = None
+    dfa = None if nfa is None else _determinize(lib, nfa)
+    return outlines_byte_dfa(pattern) if dfa is None else dfa
+
+
+def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
+    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c); None where it
+    passes MAX_DFA_STATES."""
+    arrays = (nfa.eps_ptr, nfa.eps_to, nfa.edge_ptr, nfa.edge_lo, nfa.edge_hi, nfa.edge_to)
+    handle = lib.byte_dfa_new(nfa.num_nodes, nfa.start, nfa.accept, nfa.num_classes, *map(_ptr, arrays),
+                              MAX_DFA_STATES)
+    if not handle:
+        return None
+    try:
+        n = lib.byte_dfa_expand_all(handle)
+        if n < 0:
+            return None
+        table = np.empty((n + 1, nfa.num_classes), dtype=np.int32)
+        final = np.empty(n + 1, dtype=np.bool_)
+        dist = np.empty(n + 1, dtype=np.int32)
+        lib.byte_dfa_copy(handle, _ptr(table), _ptr(final), _ptr(dist))
+    finally:
+        lib.byte_dfa_free(handle)
+    trans, merged = byte_classes(table)
+    dfa = ByteDFA(merged[nfa.class_of], trans, final, 0)
+    # The construction knows each state's distance (its NFA nodes' least): no sweep needed.
+    dfa.__dict__["distance"] = np.where(dist == np.iinfo(np.int32).max, UNREACHABLE, dist.astype(np.int64))
+    return dfa
+
+
+def outlines_byte_dfa(pattern: str) -> ByteDFA:
     """The DFA outlines-core builds for `pattern` (raises its ValueError), as a dense table."""
     index = Index(pattern, BYTE_VOCABULARY)
     edges = index.get_transitions()
