@@ -23,6 +23,7 @@ from gdserve.grammar.regex import _class_end
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
+FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex_tree's size) or more are built once and copied
 MAX_NFA_NODES = 4_000_000  # beyond this the regex is left to outlines-core (and its limits)
 _SIMPLE_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07}
 
@@ -74,15 +75,28 @@ def build_nfa(pattern: str) -> ByteNFA:
     return builder.finish(0, end)
 
 
+@dataclass(frozen=True)
+class _Fragment:
+    """A subtree's nodes built once, numbered from its entry (0), copied wherever it recurs (a
+    bounded repetition's copies, the string and number patterns of every property)."""
+    num_nodes: int
+    exit: int
+    eps: np.ndarray    # int32 [E, 2]: source, target
+    edges: np.ndarray  # int32 [B, 4]: source, first byte, last byte, target
+
+
 class _Builder:
     """Nodes are numbers; edges go to flat lists (one list per node would be a container per
-    node for the garbage collector to trace, which dominates on big regexes)."""
+    node for the garbage collector to trace, which dominates on big regexes), and the copies
+    of big subtrees to arrays (_Fragment)."""
 
-    def __init__(self):
+    def __init__(self, fragments: dict[int, _Fragment] | None = None):
         self.num_nodes = 0
         self.eps_src: list[int] = []
         self.eps_dst: list[int] = []
         self.edges: list[int] = []  # source, first byte, last byte, target; flat
+        self.copies: list[tuple[np.ndarray, np.ndarray]] = []  # fragments' eps and edges, renumbered
+        self.fragments = {} if fragments is None else fragments  # by id of the tree node
 
     def new(self) -> int:
         if self.num_nodes >= MAX_NFA_NODES:
@@ -99,6 +113,8 @@ class _Builder:
         its end node."""
         if isinstance(node, rt.Atom):
             return self._atom(node.text, start)
+        if node.size >= FRAGMENT_SIZE and not self.building(node):
+            return self._copy(self._fragment(node), start)
         if isinstance(node, rt.Seq):
             for item in node.items:
                 start = self.add(item, start)
@@ -133,23 +149,63 @@ class _Builder:
         self.eps(start, end)
         return end
 
+    def building(self, node: rt.Node) -> bool:
+        return getattr(self, "root", None) is node
+
+    def _fragment(self, node: rt.Node) -> _Fragment:
+        out = self.fragments.get(id(node))
+        if out is None:
+            sub = _Builder(self.fragments)
+            sub.root = node
+            exit_ = sub.add(node, sub.new())
+            eps, edges = sub.arrays()
+            out = self.fragments[id(node)] = _Fragment(sub.num_nodes, exit_, eps, edges)
+        return out
+
+    def _copy(self, fragment: _Fragment, start: int) -> int:
+        """Renumber the fragment's nodes: its entry is `start`, the rest new."""
+        base = self.num_nodes - 1
+        if self.num_nodes + fragment.num_nodes > MAX_NFA_NODES:
+            raise Unsupported("too many NFA nodes")
+        self.num_nodes += fragment.num_nodes - 1
+        eps = fragment.eps + base
+        eps[fragment.eps == 0] = start
+        edges = fragment.edges.copy()
+        for col in (0, 3):
+            edges[:, col] += base
+            edges[fragment.edges[:, col] == 0, col] = start
+        self.copies.append((eps, edges))
+        return start if fragment.exit == 0 else fragment.exit + base
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(int32 [E, 2] epsilon edges, int32 [B, 4] byte edges) of everything built."""
+        eps = np.array([self.eps_src, self.eps_dst], dtype=np.int32).T.reshape(-1, 2)
+        edges = np.array(self.edges, dtype=np.int32).reshape(-1, 4)
+        return (np.concatenate([eps, *(c[0] for c in self.copies)]),
+                np.concatenate([edges, *(c[1] for c in self.copies)]))
+
     def _atom(self, text: str, start: int) -> int:
+        """The atom's UTF-8 sequences with their common suffixes shared (as regex-automata's
+        UTF-8 compiler does): the bytes left of a character lead to one node whatever its
+        first bytes were, so the DFA needs no state per first byte."""
         end = self.new()
-        edges = self.edges
+        edges, suffix = self.edges, {}
         for seq in atom_sequences(text):
-            at, last = start, len(seq) - 1
-            for k, (lo, hi) in enumerate(seq):
-                to = end if k == last else self.new()
-                edges += (at, lo, hi, to)
-                at = to
+            at = end
+            for lo, hi in reversed(seq[1:]):
+                node = suffix.get((lo, hi, at))
+                if node is None:
+                    node = suffix[lo, hi, at] = self.new()
+                    edges += (node, lo, hi, at)
+                at = node
+            edges += (start, *seq[0], at)
         return end
 
     def finish(self, start: int, accept: int) -> ByteNFA:
-        edges = np.array(self.edges, dtype=np.int32).reshape(-1, 4)
+        eps, edges = self.arrays()
         bounds = np.union1d([0, 256], np.concatenate([edges[:, 1], edges[:, 2] + 1]))
         class_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)).astype(np.uint8)
-        eps_ptr, eps_to = _csr(np.array(self.eps_src, dtype=np.int32), np.array(self.eps_dst, dtype=np.int32),
-                               self.num_nodes)
+        eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], self.num_nodes)
         edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), self.num_nodes)
         edges = edges[order]
         return ByteNFA(start, accept, eps_ptr, eps_to, edge_ptr, class_of[edges[:, 1]].astype(np.int32),
