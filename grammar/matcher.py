@@ -153,10 +153,15 @@ class Grammar:
         dfa, depth = self.index.dfa, self.index.trie.max_depth
         if dfa.trans.size * depth > MAX_REACH_SWEEP:
             return None
+        succ = np.sort(dfa.trans, axis=1)  # each state's distinct successors, once each
+        first = np.ones(succ.shape, dtype=bool)
+        first[:, 1:] = succ[:, 1:] != succ[:, :-1]
+        starts = np.concatenate([[0], np.cumsum(first.sum(axis=1))[:-1]])
+        succ = succ[first]
         reach = dfa.distance.copy()
         reach[dfa.dead] = 0  # a dead byte leads nowhere: it must not raise the maximum
         for _ in range(depth):
-            wider = np.maximum(reach, reach[dfa.trans].max(axis=1))
+            wider = np.maximum(reach, np.maximum.reduceat(reach[succ], starts))
             wider[dfa.dead] = 0
             if np.array_equal(wider, reach):
                 break
