@@ -61,8 +61,16 @@ def mask_library() -> ctypes.CDLL | None:
         lib.byte_dfa_new.restype = p
         lib.byte_dfa_expand_all.argtypes = [p]
         lib.byte_dfa_expand_all.restype = i32
-        lib.byte_dfa_copy.argtypes = [p, p, p, p]
-        lib.byte_dfa_copy.restype = None
+        lib.byte_dfa_states.argtypes = [p]
+        lib.byte_dfa_states.restype = i32
+        lib.byte_dfa_arrays.argtypes = [p, p, p, p, p, p]
+        lib.byte_dfa_arrays.restype = i32
+        lib.byte_dfa_expand.argtypes = [p, i32]
+        lib.byte_dfa_expand.restype = i32
+        lib.byte_dfa_reach.argtypes = [p, i32, i32]
+        lib.byte_dfa_reach.restype = i32
+        lib.byte_dfa_max_distance.argtypes = [p]
+        lib.byte_dfa_max_distance.restype = ctypes.c_int64
         lib.byte_dfa_free.argtypes = [p]
         lib.byte_dfa_free.restype = None
     return lib
@@ -130,28 +138,49 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
 
 
 def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
-    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c); None where it
-    passes MAX_DFA_STATES."""
-    arrays = (nfa.eps_ptr, nfa.eps_to, nfa.edge_ptr, nfa.edge_lo, nfa.edge_hi, nfa.edge_to)
-    handle = lib.byte_dfa_new(nfa.num_nodes, nfa.start, nfa.accept, nfa.num_classes, *map(_ptr, arrays),
-                              MAX_DFA_STATES)
+    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c), the dead state
+    moved last; None where it passes MAX_DFA_STATES."""
+    handle = new_builder(lib, nfa)
     if not handle:
         return None
     try:
         n = lib.byte_dfa_expand_all(handle)
         if n < 0:
             return None
-        table = np.empty((n + 1, nfa.num_classes), dtype=np.int32)
-        final = np.empty(n + 1, dtype=np.bool_)
-        dist = np.empty(n + 1, dtype=np.int32)
-        lib.byte_dfa_copy(handle, _ptr(table), _ptr(final), _ptr(dist))
+        trans, final, dist, _, _ = builder_arrays(lib, handle, nfa.num_classes)
+        table = np.where(trans[1:], trans[1:] - 1, n - 1).astype(np.int32)
+        table = np.concatenate([table, np.full((1, nfa.num_classes), n - 1, dtype=np.int32)])
+        final = np.concatenate([final[1:], [False]])
+        dist = np.concatenate([dist[1:], [UNREACHABLE]])
     finally:
         lib.byte_dfa_free(handle)
     trans, merged = byte_classes(table)
     dfa = ByteDFA(merged[nfa.class_of], trans, final, 0)
-    # The construction knows each state's distance (its NFA nodes' least): no sweep needed.
-    dfa.__dict__["distance"] = np.where(dist == np.iinfo(np.int32).max, UNREACHABLE, dist.astype(np.int64))
+    dfa.__dict__["distance"] = dist  # the construction knows each state's (its NFA nodes' least)
     return dfa
+
+
+def new_builder(lib: ctypes.CDLL, nfa: ByteNFA) -> int | None:
+    """A byte_dfa.c builder of the NFA (free it with byte_dfa_free; the NFA's arrays must outlive
+    it), or None where memory ran out."""
+    arrays = (nfa.eps_ptr, nfa.eps_to, nfa.edge_ptr, nfa.edge_lo, nfa.edge_hi, nfa.edge_to)
+    return lib.byte_dfa_new(nfa.num_nodes, nfa.start, nfa.accept, nfa.num_classes, *map(_ptr, arrays),
+                            MAX_DFA_STATES)
+
+
+def builder_arrays(lib: ctypes.CDLL, handle: int, num_classes: int) -> tuple[np.ndarray, ...]:
+    """Views of a builder's (trans [n, C], final [n], distance [n], expanded [n], the expansion
+    order), state 0 dead; valid until its next expansion (they do not own the memory)."""
+    n = lib.byte_dfa_states(handle)
+    ptrs = [ctypes.c_void_p() for _ in range(5)]
+    n_order = lib.byte_dfa_arrays(handle, *map(ctypes.byref, ptrs))
+    shapes = [((n, num_classes), np.int32), (n, np.bool_), (n, np.int64), (n, np.bool_), (n_order, np.int32)]
+    return tuple(np.ndarray(shape, dtype, _buffer(ptr.value, int(np.prod(shape)) * np.dtype(dtype).itemsize))
+                 if np.prod(shape) else np.zeros(shape, dtype) for ptr, (shape, dtype) in zip(ptrs, shapes))
+
+
+def _buffer(address: int, size: int):
+    return (ctypes.c_char * size).from_address(address)
 
 
 def outlines_byte_dfa(pattern: str) -> ByteDFA:

@@ -3,24 +3,28 @@
    sets. A DFA state holds the nodes of its epsilon closure that read a byte or accept, and only
    those from which the accepting node can be reached (the NFA's own distance to it, computed
    first, is finite): a set left empty is the dead state, so every live DFA state can complete,
-   and a state's distance to completion is the least of its nodes'. States are expanded in the
-   order they are found, one row at a time (byte_dfa_expand), so a caller may build all of them
-   or only those it reaches. */
+   and a state's distance to completion is the least of its nodes'. State 0 is the dead state
+   (its row all 0); a state's row is filled when it is expanded (byte_dfa_expand), 0s until
+   then, so a caller may build all states or only those it reaches (byte_dfa_reach: all within
+   so many bytes of a state, what a token walk from it reads). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define UNREACHED INT32_MAX
-#define UNBUILT (-2)
+#define FAR (INT64_MAX / 2)  /* grammar/token_index.py's UNREACHABLE */
 
 typedef struct {
     int32_t n_nodes, n_classes, accept;
     const int32_t *eps_ptr, *eps_to, *edge_ptr, *edge_lo, *edge_hi, *edge_to;
     int32_t *dist;                     /* per NFA node: fewest bytes to the accepting node */
     int32_t n_states, cap_states, max_states;
-    int32_t *trans;                    /* [cap_states * n_classes]: -1 dead, UNBUILT */
-    uint8_t *final;
-    int32_t *sdist;
+    int32_t *trans;                    /* [cap_states * n_classes] */
+    uint8_t *final, *expanded;
+    int64_t *sdist;                    /* FAR where no accepting state can be reached */
+    int32_t *ready;                    /* per state: every state within this many bytes is expanded (-1: none) */
+    int32_t *order, n_order;           /* the states in the order they were expanded */
+    int32_t *queue;
     int64_t *set_off;                  /* [cap_states + 1]: a state's nodes are pool[set_off[s]..set_off[s + 1]) */
     int32_t *pool;
     int64_t pool_cap;
@@ -112,7 +116,7 @@ static int rehash(Builder *b) {
     int32_t *slots = malloc((size_t)n_slots * sizeof(int32_t));
     if (!slots) return -1;
     memset(slots, 0xff, (size_t)n_slots * sizeof(int32_t));
-    for (int32_t s = 0; s < b->n_states; s++) {
+    for (int32_t s = 1; s < b->n_states; s++) {
         int64_t k = (int64_t)(b->hashes[s] & (uint64_t)(n_slots - 1));
         while (slots[k] >= 0) k = (k + 1) & (n_slots - 1);
         slots[k] = s;
@@ -123,7 +127,7 @@ static int rehash(Builder *b) {
     return 0;
 }
 
-/* The state of the live closure of seeds[0..n_seeds): found or added (-1: dead, -3: out of
+/* The state of the live closure of seeds[0..n_seeds): found or added (0: dead, -3: out of
    states or memory). */
 static int32_t intern_closure(Builder *b, int32_t n_seeds) {
     int64_t n_out = 0, top = 0;
@@ -149,7 +153,7 @@ static int32_t intern_closure(Builder *b, int32_t n_seeds) {
             }
         }
     }
-    if (!n_out) return -1;
+    if (!n_out) return 0;
     qsort(b->out, (size_t)n_out, sizeof(int32_t), cmp_int32);
     uint64_t h = hash_set(b->out, n_out);
     int64_t k = (int64_t)(h & (uint64_t)(b->n_slots - 1));
@@ -165,7 +169,11 @@ static int32_t intern_closure(Builder *b, int32_t n_seeds) {
         int64_t cap = (int64_t)b->cap_states * 2;
         b->trans = grow(b->trans, cap * b->n_classes, sizeof(int32_t), &b->failed);
         b->final = grow(b->final, cap, 1, &b->failed);
-        b->sdist = grow(b->sdist, cap, sizeof(int32_t), &b->failed);
+        b->expanded = grow(b->expanded, cap, 1, &b->failed);
+        b->sdist = grow(b->sdist, cap, sizeof(int64_t), &b->failed);
+        b->ready = grow(b->ready, cap, sizeof(int32_t), &b->failed);
+        b->order = grow(b->order, cap, sizeof(int32_t), &b->failed);
+        b->queue = grow(b->queue, cap, sizeof(int32_t), &b->failed);
         b->set_off = grow(b->set_off, cap + 1, sizeof(int64_t), &b->failed);
         b->hashes = grow(b->hashes, cap, sizeof(uint64_t), &b->failed);
         if (b->failed) return -3;
@@ -188,17 +196,20 @@ static int32_t intern_closure(Builder *b, int32_t n_seeds) {
         if (b->dist[b->out[i]] < d) d = b->dist[b->out[i]];
         fin |= b->out[i] == b->accept;
     }
-    b->sdist[s] = d;
+    b->sdist[s] = d == UNREACHED ? FAR : d;
     b->final[s] = fin;
-    for (int32_t c = 0; c < b->n_classes; c++) b->trans[(int64_t)s * b->n_classes + c] = UNBUILT;
+    b->expanded[s] = 0;
+    b->ready[s] = -1;
+    memset(b->trans + (int64_t)s * b->n_classes, 0, (size_t)b->n_classes * sizeof(int32_t));
     b->n_states = s + 1;
     if (2 * b->n_states > b->n_slots && rehash(b)) return -3;
     return s;
 }
 
-/* Fill state s's row; 0, or -1 where the states or memory ran out. */
+/* Fill state s's row (once); 0, or -1 where the states or memory ran out. */
 int32_t byte_dfa_expand(void *handle, int32_t s) {
     Builder *b = handle;
+    if (b->expanded[s]) return 0;
     int64_t off = b->set_off[s], end = b->set_off[s + 1], n_edges = 0;
     for (int64_t i = off; i < end; i++) {
         int32_t u = b->pool[i];
@@ -219,7 +230,7 @@ int32_t byte_dfa_expand(void *handle, int32_t s) {
         b->changed[b->edge_lo[e]] = 1;
         if (b->edge_hi[e] + 1 < b->n_classes) b->changed[b->edge_hi[e] + 1] = 1;
     }
-    int32_t prev = -1;
+    int32_t prev = 0;
     for (int32_t c = 0; c < b->n_classes; c++) {
         if (b->changed[c]) {
             int32_t n_seeds = 0;
@@ -227,10 +238,36 @@ int32_t byte_dfa_expand(void *handle, int32_t s) {
                 int32_t e = b->edges[i];
                 if (b->edge_lo[e] <= c && c <= b->edge_hi[e]) b->seeds[n_seeds++] = b->edge_to[e];
             }
-            prev = n_seeds ? intern_closure(b, n_seeds) : -1;
+            prev = n_seeds ? intern_closure(b, n_seeds) : 0;
             if (prev == -3) return -1;
         }
         b->trans[(int64_t)s * b->n_classes + c] = prev;
+    }
+    b->expanded[s] = 1;
+    b->order[b->n_order++] = s;
+    return 0;
+}
+
+/* Expand every state within `depth` bytes of s (breadth-first, skipping states already known
+   to have that many bytes around them expanded); 0, or -1 where the states or memory ran out. */
+int32_t byte_dfa_reach(void *handle, int32_t s, int32_t depth) {
+    Builder *b = handle;
+    if (s == 0 || b->ready[s] >= depth) return 0;
+    int32_t head = 0, tail = 0;
+    b->ready[s] = depth;
+    b->queue[tail++] = s;
+    while (head < tail) {
+        int32_t t = b->queue[head++], r = b->ready[t];
+        if (r == 0) continue;
+        if (byte_dfa_expand(b, t)) return -1;
+        const int32_t *row = b->trans + (int64_t)t * b->n_classes;
+        for (int32_t c = 0; c < b->n_classes; c++) {
+            int32_t u = row[c];
+            if (u && b->ready[u] < r - 1) {
+                b->ready[u] = r - 1;
+                b->queue[tail++] = u;
+            }
+        }
     }
     return 0;
 }
@@ -239,13 +276,14 @@ void byte_dfa_free(void *handle) {
     Builder *b = handle;
     if (!b) return;
     free(b->dist), free(b->trans), free(b->final), free(b->sdist), free(b->set_off), free(b->pool);
+    free(b->expanded), free(b->ready), free(b->order), free(b->queue);
     free(b->slots), free(b->hashes), free(b->mark), free(b->stack), free(b->out), free(b->seeds);
     free(b->edges), free(b->changed);
     free(b);
 }
 
-/* A builder holding the start state (state 0, or no state where the language is empty); NULL
-   where memory ran out. The NFA arrays must outlive it. */
+/* A builder holding the dead state (0) and the start state (1, or none where the language is
+   empty); NULL where memory ran out. The NFA arrays must outlive it. */
 void *byte_dfa_new(int32_t n_nodes, int32_t start, int32_t accept, int32_t n_classes, const int32_t *eps_ptr,
                    const int32_t *eps_to, const int32_t *edge_ptr, const int32_t *edge_lo, const int32_t *edge_hi,
                    const int32_t *edge_to, int32_t max_states) {
@@ -258,7 +296,11 @@ void *byte_dfa_new(int32_t n_nodes, int32_t start, int32_t accept, int32_t n_cla
     b->dist = malloc((size_t)n_nodes * sizeof(int32_t));
     b->trans = malloc((size_t)b->cap_states * (size_t)n_classes * sizeof(int32_t));
     b->final = malloc((size_t)b->cap_states);
-    b->sdist = malloc((size_t)b->cap_states * sizeof(int32_t));
+    b->sdist = malloc((size_t)b->cap_states * sizeof(int64_t));
+    b->expanded = malloc((size_t)b->cap_states);
+    b->ready = malloc((size_t)b->cap_states * sizeof(int32_t));
+    b->order = malloc((size_t)b->cap_states * sizeof(int32_t));
+    b->queue = malloc((size_t)b->cap_states * sizeof(int32_t));
     b->set_off = calloc((size_t)b->cap_states + 1, sizeof(int64_t));
     b->hashes = malloc((size_t)b->cap_states * sizeof(uint64_t));
     b->pool = malloc((size_t)b->pool_cap * sizeof(int32_t));
@@ -270,11 +312,16 @@ void *byte_dfa_new(int32_t n_nodes, int32_t start, int32_t accept, int32_t n_cla
     b->edges = malloc((size_t)b->edge_cap * sizeof(int32_t));
     b->changed = malloc((size_t)n_classes);
     if (!b->dist || !b->trans || !b->final || !b->sdist || !b->set_off || !b->hashes || !b->pool || !b->slots ||
+        !b->expanded || !b->ready || !b->order || !b->queue ||
         !b->mark || !b->stack || !b->out || !b->seeds || !b->edges || !b->changed || nfa_distances(b)) {
         byte_dfa_free(b);
         return NULL;
     }
     memset(b->slots, 0xff, (size_t)b->n_slots * sizeof(int32_t));
+    /* the dead state: no nodes, a row of 0s, expanded */
+    memset(b->trans, 0, (size_t)n_classes * sizeof(int32_t));
+    b->final[0] = 0, b->expanded[0] = 1, b->sdist[0] = FAR, b->ready[0] = INT32_MAX;
+    b->set_off[1] = 0, b->hashes[0] = 0, b->n_states = 1;
     b->seeds[0] = start;
     if (intern_closure(b, 1) == -3) {
         byte_dfa_free(b);
@@ -283,29 +330,34 @@ void *byte_dfa_new(int32_t n_nodes, int32_t start, int32_t accept, int32_t n_cla
     return b;
 }
 
-/* Expand every state (those found on the way included); the state count, or -1 where the
-   states or memory ran out. */
+/* Expand every state (those found on the way included); the state count (the dead state
+   included), or -1 where the states or memory ran out. */
 int32_t byte_dfa_expand_all(void *handle) {
     Builder *b = handle;
-    for (int32_t s = 0; s < b->n_states; s++)
+    for (int32_t s = 1; s < b->n_states; s++)
         if (byte_dfa_expand(b, s)) return -1;
     return b->n_states;
 }
 
-/* Copy the built DFA out with the dead state last (n = the state count): trans [n + 1,
-   n_classes] (UNBUILT rows stay UNBUILT), final [n + 1], dist [n + 1] (the dead state's
-   UNREACHED). */
-void byte_dfa_copy(void *handle, int32_t *trans, uint8_t *final, int32_t *dist) {
-    Builder *b = handle;
-    int32_t n = b->n_states, c = b->n_classes;
-    for (int64_t i = 0; i < (int64_t)n * c; i++) trans[i] = b->trans[i] == -1 ? n : b->trans[i];
-    for (int32_t k = 0; k < c; k++) trans[(int64_t)n * c + k] = n;
-    memcpy(final, b->final, (size_t)n);
-    final[n] = 0;
-    memcpy(dist, b->sdist, (size_t)n * sizeof(int32_t));
-    dist[n] = UNREACHED;
-}
-
 int32_t byte_dfa_states(void *handle) {
     return ((Builder *)handle)->n_states;
+}
+
+/* The builder's arrays, valid until the next expansion: trans, final, dist, expanded, order
+   (n_order entries, returned). */
+int32_t byte_dfa_arrays(void *handle, int32_t **trans, uint8_t **final, int64_t **dist, uint8_t **expanded,
+                        int32_t **order) {
+    Builder *b = handle;
+    *trans = b->trans, *final = b->final, *dist = b->sdist, *expanded = b->expanded, *order = b->order;
+    return b->n_order;
+}
+
+/* The largest finite distance of any NFA node: no DFA state's is larger (a state's is its
+   nodes' least). */
+int64_t byte_dfa_max_distance(void *handle) {
+    Builder *b = handle;
+    int64_t out = 0;
+    for (int32_t u = 0; u < b->n_nodes; u++)
+        if (b->dist[u] != UNREACHED && b->dist[u] > out) out = b->dist[u];
+    return out;
 }
