@@ -87,9 +87,25 @@ class ByteDFA:
     # the key's bytes, which keys with values alike share; cfg_lexer): (that DFA, offset).
     tail: tuple["ByteDFA", int] | None = None
 
+    complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
+
     @property
     def dead(self) -> int:
         return len(self.final) - 1
+
+    def prepare(self, state: int, depth: int) -> bool:
+        """Whether the table grew to hold the states within `depth` bytes of `state` (never:
+        it holds them all; a lazy DFA's builds them)."""
+        return False
+
+    def expand_all(self) -> bool:
+        return False
+
+    @cached_property
+    def max_distance(self) -> int:
+        """The largest finite distance of any state (0 where none is finite)."""
+        finite = self.distance[self.distance < UNREACHABLE]
+        return int(finite.max()) if len(finite) else 0
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after reading `data` from `state` (dead if it dies on the way)."""
@@ -307,6 +323,13 @@ class TokenTrie:
         return int(self.depth.max())
 
     @cached_property
+    def single_bytes(self) -> np.ndarray:
+        """bool [256]: the bytes that are a token by themselves."""
+        out = np.zeros(256, dtype=bool)
+        out[self.byte[(self.depth == 1) & (self.tok_ptr[1:] > self.tok_ptr[:-1])]] = True
+        return out
+
+    @cached_property
     def below(self) -> np.ndarray:
         """int32 [N]: the most bytes a token reads below the node (0 at a leaf)."""
         below = np.zeros(len(self.byte), dtype=np.int32)
@@ -420,6 +443,8 @@ def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: n
                  (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)), base_row, base_args, base_classes)
 
 
+# What a TokenIndex reads from its DFA's arrays (addresses and copies) and keeps.
+_DFA_READS = ("_static_args", "_loop_scratch", "_distance_or_dead")
 NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
 
 
@@ -434,6 +459,21 @@ class TokenIndex:
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("_loops", "_based", "_tables", "_static_args", "_class_bytes_ptr", "_scratch",
                              "_loop_scratch", "_distance_or_dead", "_node_state_scratch")}
+
+    def prepare(self, state: int) -> None:
+        """Have the DFA hold every state a walk from `state` reads (a lazy DFA builds them);
+        where it grew, what was read from its arrays is read again."""
+        if self.dfa.prepare(state, self.trie.max_depth):
+            self._forget_dfa_reads()
+
+    def expand_all(self) -> None:
+        """Have the DFA hold every state (a lazy DFA builds them all)."""
+        if self.dfa.expand_all():
+            self._forget_dfa_reads()
+
+    def _forget_dfa_reads(self) -> None:
+        for name in _DFA_READS:
+            self.__dict__.pop(name, None)
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -475,6 +515,7 @@ class TokenIndex:
         and split; a state's row never changes once walked (the lexer grows by new states)."""
         out = self._loops.get(state)
         if out is None:
+            self.prepare(state)
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
             n, base = self._find_loops(state, accept, split)
@@ -549,6 +590,7 @@ class TokenIndex:
 
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
+        self.prepare(state)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         lib = mask_library()
         if lib is None:
@@ -562,6 +604,7 @@ class TokenIndex:
     def walk(self, state: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
         """One walk of the trie from `state`: (uint32 packed allowed tokens below vocab_size,
         int32 [N] each trie node's DFA state, dead where the walk died or never went)."""
+        self.prepare(state)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         lib = mask_library()
         if lib is not None:
@@ -617,6 +660,7 @@ class TokenIndex:
     def next_states(self, state: int) -> np.ndarray:
         """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes
         are dead)."""
+        self.prepare(state)
         node_state = self._node_states(state)
         out = np.full(self.trie.size, self.dfa.dead, dtype=np.int32)
         has = self.trie.token_node >= 0
@@ -628,6 +672,7 @@ class TokenIndex:
         (dfa.distance, INT32_MAX where out of reach) after it from `state`; -1 where not allowed
         and for ids past the trie. The walk skips the base row's subtrees (a string's characters:
         most of the vocabulary), whose tokens' distances follow from their lengths alone."""
+        self.prepare(state)
         size = self.trie.size if size is None else size
         out = np.full(size, -1, dtype=np.int32)
         n = min(size, self.trie.size)
@@ -721,16 +766,21 @@ def start_state(dfa: ByteDFA) -> int:
 
 
 def can_reach_final(index: TokenIndex, state: int) -> bool:
-    """Whether some sequence of tokens leads from `state` to an accepting state. First over the
-    bytes that are tokens by themselves (cheap, and enough for byte-level vocabularies), then,
-    if that finds none, over whole tokens."""
+    """Whether some sequence of tokens leads from `state` to an accepting state: none where no
+    bytes do; where every byte is a token by itself (byte-level vocabularies), exactly where
+    some bytes do; else first over the bytes that are tokens (cheap), then over whole tokens
+    (on a lazy DFA, after building it all)."""
+    if index.dfa.distance[state] >= UNREACHABLE:
+        return False
+    if index.trie.single_bytes.all():
+        return True
+    index.expand_all()
     return _reaches_by_single_bytes(index, state) or _reaches_by_tokens(index, state)
 
 
 def _reaches_by_single_bytes(index: TokenIndex, state: int) -> bool:
     dfa, trie = index.dfa, index.trie
-    single = trie.byte[(trie.depth == 1) & (trie.tok_ptr[1:] > trie.tok_ptr[:-1])]
-    classes = np.unique(dfa.classes[single])
+    classes = np.unique(dfa.classes[trie.single_bytes])
     seen = np.zeros(len(dfa.final), dtype=bool)
     seen[[state, dfa.dead]] = True
     frontier = np.array([state])
