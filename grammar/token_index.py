@@ -623,6 +623,7 @@ class TokenIndex:
         (uint32 packed tokens that stay alive, int32 nodes below depth 1 where the lexeme dies
         right after an accepting state, int32 accept[] there), nodes ascending. With `split`
         (lexemes may end at any complete match), every node below depth 1 whose parent accepts."""
+        self.prepare(state)
         lib = mask_library()
         if lib is None:
             words, node_state = self.walk(state, vocab_size)
