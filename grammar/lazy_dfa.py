@@ -71,6 +71,13 @@ class LazyByteDFA:
         self._check(self._lib.byte_dfa_expand_all(self._handle))
         return self._grew(before)
 
+    def reaches(self, state: int, ok: np.ndarray) -> bool:
+        """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
+        accepting state: depth-first over the NFA, without building states."""
+        classes = np.zeros(self.nfa.num_classes, dtype=np.uint8)
+        classes[self.classes[ok]] = 1
+        return bool(self._lib.byte_dfa_reaches(self._handle, state, classes.ctypes.data))
+
     def walk(self, state: int, data: bytes) -> int:
         """The state after reading `data` from `state` (dead if it dies on the way)."""
         classes = self.classes

@@ -71,6 +71,8 @@ def mask_library() -> ctypes.CDLL | None:
         lib.byte_dfa_reach.restype = i32
         lib.byte_dfa_max_distance.argtypes = [p]
         lib.byte_dfa_max_distance.restype = ctypes.c_int64
+        lib.byte_dfa_reaches.argtypes = [p, i32, p]
+        lib.byte_dfa_reaches.restype = i32
         lib.byte_dfa_free.argtypes = [p]
         lib.byte_dfa_free.restype = None
     return lib
@@ -88,6 +90,21 @@ class ByteDFA:
     tail: tuple["ByteDFA", int] | None = None
 
     complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
+
+    def reaches(self, state: int, ok: np.ndarray) -> bool:
+        """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
+        accepting state: breadth-first over the table."""
+        classes = np.unique(self.classes[ok])
+        seen = np.zeros(len(self.final), dtype=bool)
+        seen[[state, self.dead]] = True
+        frontier = np.array([state])
+        while frontier.size:
+            if self.final[frontier].any():
+                return True
+            nxt = np.unique(self.trans[np.ix_(frontier, classes)])
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        return False
 
     @property
     def dead(self) -> int:
@@ -768,30 +785,15 @@ def start_state(dfa: ByteDFA) -> int:
 
 def can_reach_final(index: TokenIndex, state: int) -> bool:
     """Whether some sequence of tokens leads from `state` to an accepting state: none where no
-    bytes do; where every byte is a token by itself (byte-level vocabularies), exactly where
-    some bytes do; else first over the bytes that are tokens (cheap), then over whole tokens
-    (on a lazy DFA, after building it all)."""
+    bytes do; first over the bytes that are tokens by themselves (cheap, and enough for
+    byte-level vocabularies), then, if that finds none, over whole tokens (a lazy DFA is built
+    whole for that)."""
     if index.dfa.distance[state] >= UNREACHABLE:
         return False
-    if index.trie.single_bytes.all():
+    if index.dfa.reaches(state, index.trie.single_bytes):
         return True
     index.expand_all()
-    return _reaches_by_single_bytes(index, state) or _reaches_by_tokens(index, state)
-
-
-def _reaches_by_single_bytes(index: TokenIndex, state: int) -> bool:
-    dfa, trie = index.dfa, index.trie
-    classes = np.unique(dfa.classes[trie.single_bytes])
-    seen = np.zeros(len(dfa.final), dtype=bool)
-    seen[[state, dfa.dead]] = True
-    frontier = np.array([state])
-    while frontier.size:
-        if dfa.final[frontier].any():
-            return True
-        nxt = np.unique(dfa.trans[np.ix_(frontier, classes)])
-        frontier = nxt[~seen[nxt]]
-        seen[frontier] = True
-    return False
+    return _reaches_by_tokens(index, state)
 
 
 def _reaches_by_tokens(index: TokenIndex, state: int) -> bool:

@@ -361,3 +361,32 @@ int64_t byte_dfa_max_distance(void *handle) {
         if (b->dist[u] != UNREACHED && b->dist[u] > out) out = b->dist[u];
     return out;
 }
+
+/* Whether the accepting node can be reached from state s's nodes reading only bytes of the
+   classes with ok[c] (the bytes that are tokens by themselves): depth-first over the NFA. */
+int32_t byte_dfa_reaches(void *handle, int32_t s, const uint8_t *ok) {
+    Builder *b = handle;
+    int64_t top = 0;
+    if (++b->gen == 0) {
+        memset(b->mark, 0, (size_t)b->n_nodes * sizeof(uint32_t));
+        b->gen = 1;
+    }
+    for (int64_t i = b->set_off[s]; i < b->set_off[s + 1]; i++) {
+        b->mark[b->pool[i]] = b->gen;
+        b->stack[top++] = b->pool[i];
+    }
+    while (top) {
+        int32_t u = b->stack[--top];
+        if (u == b->accept) return 1;
+        for (int32_t k = b->eps_ptr[u]; k < b->eps_ptr[u + 1]; k++) {
+            int32_t v = b->eps_to[k];
+            if (b->mark[v] != b->gen) b->mark[v] = b->gen, b->stack[top++] = v;
+        }
+        for (int32_t k = b->edge_ptr[u]; k < b->edge_ptr[u + 1]; k++) {
+            int32_t v = b->edge_to[k], c = b->edge_lo[k];
+            while (c <= b->edge_hi[k] && !ok[c]) c++;
+            if (c <= b->edge_hi[k] && b->mark[v] != b->gen) b->mark[v] = b->gen, b->stack[top++] = v;
+        }
+    }
+    return 0;
+}
