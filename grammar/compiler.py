@@ -1,8 +1,9 @@
 r"""compile_grammar: a constraint spec of one kind -> a Grammar over a tokenizer's vocabulary.
 
 regex, choice and json all become a regex, then a lazy token index over the tokens' raw bytes
-(token_index: outlines-core's DFA of the regex, walked with the vocabulary's token trie when a
-state is first reached; the same tokens as an outlines-core Index over the vocabulary would allow).
+(token_index: the regex's byte DFA, determinized as states are reached (lazy_dfa), walked with the
+vocabulary's token trie when a state is first reached; the same tokens as an outlines-core Index
+over the vocabulary would allow).
 
 outlines-core builds its DFA with leftmost-first match semantics: once a higher-priority branch
 has matched, the DFA drops the lower ones, so `a|ab` would index only "a" and `a*|b` never "b".

@@ -3,9 +3,11 @@ state allows are found on demand by walking the trie through the DFA (see TokenI
 
 outlines-core's `Index(regex, vocabulary)` walks the whole vocabulary from every DFA state at
 compile time (~0.3-0.5 ms a state with a 49k vocabulary, thousands of states for a JSON schema).
-Here the same DFA comes from an outlines-core Index over a vocabulary of the 256 single bytes
-(microseconds a state), and a token is allowed in a state exactly when outlines-core would allow
-it: its bytes, read one by one from that state, never reach the dead state. A state's mask is then
+Here the DFA of the same language comes from byte_nfa's NFA determinized in C (whole, or on
+demand: grammar/lazy_dfa.py), or, for syntax byte_nfa does not read, from an outlines-core Index
+over a vocabulary of the 256 single bytes, and a token is allowed in a state exactly when
+outlines-core would allow it: its bytes, read one by one from that state, never reach the dead
+state. A state's mask is then
 one depth-first walk of the token trie that skips a subtree at its first dead byte (C, in
 kernels/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
 matcher first reaches the state.
