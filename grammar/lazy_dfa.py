@@ -25,6 +25,7 @@ class LazyByteDFA:
     start = 1
     dead = 0
     complete = False  # the table holds only the states built so far (see ByteDFA.complete)
+    generation = 0    # counts the times states were added (the builder may then have moved its arrays)
 
     def __init__(self, nfa: ByteNFA, order: tuple[int, ...] = ()):
         self.nfa = nfa
@@ -34,8 +35,10 @@ class LazyByteDFA:
         if not self._handle:
             raise MemoryError("out of memory for a regex's DFA")
         self._views: tuple[np.ndarray, ...] | None = None
+        self._count = 0
         for state in order:
             self._check(self._lib.byte_dfa_expand(self._handle, state))
+        self._expanded()
         self.max_distance = int(self._lib.byte_dfa_max_distance(self._handle))
 
     def __del__(self):
@@ -58,18 +61,15 @@ class LazyByteDFA:
     def distance(self) -> np.ndarray:
         return self._arrays()[2]
 
-    def prepare(self, state: int, depth: int) -> bool:
-        """Build every state within `depth` bytes of `state`; whether the DFA grew (then arrays
-        read from it before are stale)."""
-        before = self._lib.byte_dfa_states(self._handle)
+    def prepare(self, state: int, depth: int) -> None:
+        """Build every state within `depth` bytes of `state`."""
         self._check(self._lib.byte_dfa_reach(self._handle, state, depth))
-        return self._grew(before)
+        self._expanded()
 
-    def expand_all(self) -> bool:
-        """Build every state (for checks that need the whole DFA); whether it grew."""
-        before = self._lib.byte_dfa_states(self._handle)
+    def expand_all(self) -> None:
+        """Build every state (for checks that need the whole DFA)."""
         self._check(self._lib.byte_dfa_expand_all(self._handle))
-        return self._grew(before)
+        self._expanded()
 
     def reaches(self, state: int, ok: np.ndarray) -> bool:
         """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
@@ -85,16 +85,19 @@ class LazyByteDFA:
         for b in data:
             if not expanded[state]:
                 self._check(self._lib.byte_dfa_expand(self._handle, state))
-                self._views = None
+                self._expanded()
                 trans, _, _, expanded, _ = self._arrays()
             state = trans.item(state, classes.item(b))
         return state
 
-    def _grew(self, before: int) -> bool:
-        """Whether the last expansions added states (the builder may then have moved its
-        arrays); the views are read again either way (rows were filled)."""
+    def _expanded(self) -> None:
+        """After expansions: the views are read again (rows were filled, arrays maybe moved),
+        and where states were added, the generation moves on."""
         self._views = None
-        return self._lib.byte_dfa_states(self._handle) != before
+        count = self._lib.byte_dfa_states(self._handle)
+        if count != self._count:
+            self._count = count
+            self.generation += 1
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
         """(trans, final, distance, expanded, expansion order): views of the builder's arrays."""

@@ -92,6 +92,7 @@ class ByteDFA:
     tail: tuple["ByteDFA", int] | None = None
 
     complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
+    generation = 0   # the table never changes (a lazy DFA's count the times it grew)
 
     def reaches(self, state: int, ok: np.ndarray) -> bool:
         """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
@@ -112,13 +113,12 @@ class ByteDFA:
     def dead(self) -> int:
         return len(self.final) - 1
 
-    def prepare(self, state: int, depth: int) -> bool:
-        """Whether the table grew to hold the states within `depth` bytes of `state` (never:
-        it holds them all; a lazy DFA's builds them)."""
-        return False
+    def prepare(self, state: int, depth: int) -> None:
+        """Have the table hold the states within `depth` bytes of `state` (it holds them all;
+        a lazy DFA builds them)."""
 
-    def expand_all(self) -> bool:
-        return False
+    def expand_all(self) -> None:
+        """Have the table hold every state (it does)."""
 
     @cached_property
     def max_distance(self) -> int:
@@ -477,22 +477,26 @@ class TokenIndex:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("_loops", "_based", "_tables", "_static_args", "_class_bytes_ptr", "_scratch",
-                             "_loop_scratch", "_distance_or_dead", "_node_state_scratch")}
+                             "_loop_scratch", "_distance_or_dead", "_node_state_scratch", "_dfa_generation")}
 
     def prepare(self, state: int) -> None:
         """Have the DFA hold every state a walk from `state` reads (a lazy DFA builds them);
         where it grew, what was read from its arrays is read again."""
-        if self.dfa.prepare(state, self.trie.max_depth):
-            self._forget_dfa_reads()
+        self.dfa.prepare(state, self.trie.max_depth)
+        self._check_generation()
 
     def expand_all(self) -> None:
         """Have the DFA hold every state (a lazy DFA builds them all)."""
-        if self.dfa.expand_all():
-            self._forget_dfa_reads()
+        self.dfa.expand_all()
+        self._check_generation()
 
-    def _forget_dfa_reads(self) -> None:
-        for name in _DFA_READS:
-            self.__dict__.pop(name, None)
+    def _check_generation(self) -> None:
+        """Forget what was read from the DFA's arrays if it grew since (a matcher's step may
+        grow it too, between walks)."""
+        if self.__dict__.get("_dfa_generation", 0) != self.dfa.generation:
+            for name in _DFA_READS:
+                self.__dict__.pop(name, None)
+            self._dfa_generation = self.dfa.generation
 
     @cached_property
     def node_class(self) -> np.ndarray:
