@@ -90,7 +90,8 @@ class _Builder:
     node for the garbage collector to trace, which dominates on big regexes), and the copies
     of big subtrees to arrays (_Fragment)."""
 
-    def __init__(self, fragments: dict[int, _Fragment] | None = None):
+    def __init__(self, fragments: dict[int, _Fragment] | None = None, root: rt.Node | None = None):
+        self.root = root  # the subtree a fragment builder builds (itself not a fragment)
         self.num_nodes = 0
         self.eps_src: list[int] = []
         self.eps_dst: list[int] = []
@@ -113,7 +114,7 @@ class _Builder:
         its end node."""
         if isinstance(node, rt.Atom):
             return self._atom(node.text, start)
-        if node.size >= FRAGMENT_SIZE and not self.building(node):
+        if node.size >= FRAGMENT_SIZE and node is not self.root:
             return self._copy(self._fragment(node), start)
         if isinstance(node, rt.Seq):
             for item in node.items:
@@ -149,14 +150,10 @@ class _Builder:
         self.eps(start, end)
         return end
 
-    def building(self, node: rt.Node) -> bool:
-        return getattr(self, "root", None) is node
-
     def _fragment(self, node: rt.Node) -> _Fragment:
         out = self.fragments.get(id(node))
         if out is None:
-            sub = _Builder(self.fragments)
-            sub.root = node
+            sub = _Builder(self.fragments, node)
             exit_ = sub.add(node, sub.new())
             eps, edges = sub.arrays()
             out = self.fragments[id(node)] = _Fragment(sub.num_nodes, exit_, eps, edges)
