@@ -1,8 +1,9 @@
 r"""compile_grammar: a constraint spec of one kind -> a Grammar over a tokenizer's vocabulary.
 
 regex, choice and json all become a regex, then a lazy token index over the tokens' raw bytes
-(token_index: outlines-core's DFA of the regex, walked with the vocabulary's token trie when a
-state is first reached; the same tokens as an outlines-core Index over the vocabulary would allow).
+(token_index: the regex's byte DFA, determinized as states are reached (lazy_dfa), walked with the
+vocabulary's token trie when a state is first reached; the same tokens as an outlines-core Index
+over the vocabulary would allow).
 
 outlines-core builds its DFA with leftmost-first match semantics: once a higher-priority branch
 has matched, the DFA drops the lower ones, so `a|ab` would index only "a" and `a*|b` never "b".
@@ -16,6 +17,7 @@ A compile also checks that some sequence of the vocabulary's tokens reaches an a
 (as outlines-core's Index did), so a regex the tokenizer cannot spell fails here, not mid-sequence.
 """
 import json
+import os
 from typing import TYPE_CHECKING
 
 from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
@@ -25,6 +27,7 @@ from gdserve.grammar.json_report import enforcement_report
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
 from gdserve.grammar.json_unique import UniqueItemsGrammar, with_unique_items
+from gdserve.grammar.lazy_dfa import lazy_byte_dfa
 from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
@@ -139,9 +142,13 @@ def compile_json_cfg(schema: object, vocab: TokenVocabulary, vocab_size: int,
 
 
 def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:
-    """The lazy token index of indexed_pattern(regex) over the vocabulary."""
-    try:
-        dfa = build_byte_dfa(indexed_pattern(regex))
-    except ValueError as e:
-        raise explain_index_error(regex, e) from None
+    """The lazy token index of indexed_pattern(regex) over the vocabulary: its DFA built on
+    demand (lazy_dfa) where the regex's syntax allows and GDSERVE_LAZY_DFA is not 0, else whole."""
+    pattern = indexed_pattern(regex)
+    dfa = lazy_byte_dfa(pattern) if os.environ.get("GDSERVE_LAZY_DFA", "1") != "0" else None
+    if dfa is None:
+        try:
+            dfa = build_byte_dfa(pattern)
+        except ValueError as e:
+            raise explain_index_error(regex, e) from None
     return TokenIndex(dfa, token_trie(vocab.token_bytes, vocab.fingerprint))

@@ -99,10 +99,9 @@ class Grammar:
 
     @cached_property
     def max_distance(self) -> int:
-        """The largest finite distance of any state: budgets at or above it never bind."""
-        dist = self.index.dfa.distance
-        finite = dist[dist < UNREACHABLE]
-        return int(finite.max()) if len(finite) else 0
+        """No state's finite distance is larger: budgets at or above it never bind (the
+        largest, or a lazy DFA's bound on the states it has not built)."""
+        return self.index.dfa.max_distance
 
     def budget_row(self, state: int, budget: int) -> torch.Tensor:
         """The tokens after which the constraint can still complete within `budget` more tokens
@@ -148,15 +147,20 @@ class Grammar:
     def _reach(self) -> np.ndarray | None:
         """int64 [S]: per state, the largest distance of any state within trie.max_depth bytes of
         it (through live states), so no token leads to a state farther from completion: where
-        that fits the budget, so does every token. None for a DFA too big to sweep cheaply
-        (budget_row then walks each state's next states)."""
+        that fits the budget, so does every token. None for a DFA too big to sweep cheaply or
+        built on demand (budget_row then walks each state's next states)."""
         dfa, depth = self.index.dfa, self.index.trie.max_depth
-        if dfa.trans.size * depth > MAX_REACH_SWEEP:
+        if not dfa.complete or dfa.trans.size * depth > MAX_REACH_SWEEP:
             return None
+        succ = np.sort(dfa.trans, axis=1)  # each state's distinct successors, once each
+        first = np.ones(succ.shape, dtype=bool)
+        first[:, 1:] = succ[:, 1:] != succ[:, :-1]
+        starts = np.concatenate([[0], np.cumsum(first.sum(axis=1))[:-1]])
+        succ = succ[first]
         reach = dfa.distance.copy()
         reach[dfa.dead] = 0  # a dead byte leads nowhere: it must not raise the maximum
         for _ in range(depth):
-            wider = np.maximum(reach, reach[dfa.trans].max(axis=1))
+            wider = np.maximum(reach, np.maximum.reduceat(reach[succ], starts))
             wider[dfa.dead] = 0
             if np.array_equal(wider, reach):
                 break

@@ -3,9 +3,11 @@ state allows are found on demand by walking the trie through the DFA (see TokenI
 
 outlines-core's `Index(regex, vocabulary)` walks the whole vocabulary from every DFA state at
 compile time (~0.3-0.5 ms a state with a 49k vocabulary, thousands of states for a JSON schema).
-Here the same DFA comes from an outlines-core Index over a vocabulary of the 256 single bytes
-(microseconds a state), and a token is allowed in a state exactly when outlines-core would allow
-it: its bytes, read one by one from that state, never reach the dead state. A state's mask is then
+Here the DFA of the same language comes from byte_nfa's NFA determinized in C (whole, or on
+demand: grammar/lazy_dfa.py), or, for syntax byte_nfa does not read, from an outlines-core Index
+over a vocabulary of the 256 single bytes, and a token is allowed in a state exactly when
+outlines-core would allow it: its bytes, read one by one from that state, never reach the dead
+state. A state's mask is then
 one depth-first walk of the token trie that skips a subtree at its first dead byte (C, in
 kernels/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
 matcher first reaches the state.
@@ -22,6 +24,7 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
 from gdserve.kernels.bitmask import pack_words
@@ -36,6 +39,7 @@ MAX_LOOPS = 32        # loop states find_loops lists at most (token_trie.c's MAX
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
 MAX_CACHED_PURE_ROWS = 1024    # (byte set, length, width) rows a trie keeps (6 KB each at 49k tokens)
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
+MAX_DFA_STATES = 1 << 20      # a regex past this is left to outlines-core (and the compile timeout)
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -55,6 +59,24 @@ def mask_library() -> ctypes.CDLL | None:
         lib.find_loops.restype = i32
         lib.token_distances.argtypes = [p, i32, p, i32, p, p, i32, p, p]
         lib.token_distances.restype = None
+        lib.byte_dfa_new.argtypes = [i32, i32, i32, i32, p, p, p, p, p, p, i32]
+        lib.byte_dfa_new.restype = p
+        lib.byte_dfa_expand_all.argtypes = [p]
+        lib.byte_dfa_expand_all.restype = i32
+        lib.byte_dfa_states.argtypes = [p]
+        lib.byte_dfa_states.restype = i32
+        lib.byte_dfa_arrays.argtypes = [p, p, p, p, p, p]
+        lib.byte_dfa_arrays.restype = i32
+        lib.byte_dfa_expand.argtypes = [p, i32]
+        lib.byte_dfa_expand.restype = i32
+        lib.byte_dfa_reach.argtypes = [p, i32, i32]
+        lib.byte_dfa_reach.restype = i32
+        lib.byte_dfa_max_distance.argtypes = [p]
+        lib.byte_dfa_max_distance.restype = ctypes.c_int64
+        lib.byte_dfa_reaches.argtypes = [p, i32, p]
+        lib.byte_dfa_reaches.restype = i32
+        lib.byte_dfa_free.argtypes = [p]
+        lib.byte_dfa_free.restype = None
     return lib
 
 
@@ -69,9 +91,40 @@ class ByteDFA:
     # the key's bytes, which keys with values alike share; cfg_lexer): (that DFA, offset).
     tail: tuple["ByteDFA", int] | None = None
 
+    complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
+    generation = 0   # the table never changes (a lazy DFA's count the times it grew)
+
+    def reaches(self, state: int, ok: np.ndarray) -> bool:
+        """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
+        accepting state: breadth-first over the table."""
+        classes = np.unique(self.classes[ok])
+        seen = np.zeros(len(self.final), dtype=bool)
+        seen[[state, self.dead]] = True
+        frontier = np.array([state])
+        while frontier.size:
+            if self.final[frontier].any():
+                return True
+            nxt = np.unique(self.trans[np.ix_(frontier, classes)])
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        return False
+
     @property
     def dead(self) -> int:
         return len(self.final) - 1
+
+    def prepare(self, state: int, depth: int) -> None:
+        """Have the table hold the states within `depth` bytes of `state` (it holds them all;
+        a lazy DFA builds them)."""
+
+    def expand_all(self) -> None:
+        """Have the table hold every state (it does)."""
+
+    @cached_property
+    def max_distance(self) -> int:
+        """The largest finite distance of any state (0 where none is finite)."""
+        finite = self.distance[self.distance < UNREACHABLE]
+        return int(finite.max()) if len(finite) else 0
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after reading `data` from `state` (dead if it dies on the way)."""
@@ -107,6 +160,65 @@ class ByteDFA:
 
 
 def build_byte_dfa(pattern: str) -> ByteDFA:
+    """The DFA of `pattern` (indexed_pattern's form: a full match) as a dense table: byte_nfa's
+    NFA determinized in C where it reads the syntax and the native kernels load, else
+    outlines-core's (which raises a ValueError for a bad regex). Both give the same language."""
+    lib = mask_library()
+    try:
+        nfa = None if lib is None else build_nfa(pattern)
+    except Unsupported:
+        nfa = None
+    dfa = None if nfa is None else _determinize(lib, nfa)
+    return outlines_byte_dfa(pattern) if dfa is None else dfa
+
+
+def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
+    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c), the dead state
+    moved last; None where it passes MAX_DFA_STATES."""
+    handle = new_builder(lib, nfa)
+    if not handle:
+        return None
+    try:
+        n = lib.byte_dfa_expand_all(handle)
+        if n < 0:
+            return None
+        trans, final, dist, _, _ = builder_arrays(lib, handle, nfa.num_classes)
+        table = np.where(trans[1:], trans[1:] - 1, n - 1).astype(np.int32)
+        table = np.concatenate([table, np.full((1, nfa.num_classes), n - 1, dtype=np.int32)])
+        final = np.concatenate([final[1:], [False]])
+        dist = np.concatenate([dist[1:], [UNREACHABLE]])
+    finally:
+        lib.byte_dfa_free(handle)
+    trans, merged = byte_classes(table)
+    dfa = ByteDFA(merged[nfa.class_of], trans, final, 0)
+    dfa.__dict__["distance"] = dist  # the construction knows each state's (its NFA nodes' least)
+    return dfa
+
+
+def new_builder(lib: ctypes.CDLL, nfa: ByteNFA) -> int | None:
+    """A byte_dfa.c builder of the NFA (free it with byte_dfa_free; the NFA's arrays must outlive
+    it), or None where memory ran out."""
+    arrays = (nfa.eps_ptr, nfa.eps_to, nfa.edge_ptr, nfa.edge_lo, nfa.edge_hi, nfa.edge_to)
+    return lib.byte_dfa_new(nfa.num_nodes, nfa.start, nfa.accept, nfa.num_classes, *map(_ptr, arrays),
+                            MAX_DFA_STATES)
+
+
+def builder_arrays(lib: ctypes.CDLL, handle: int, num_classes: int) -> tuple[np.ndarray, ...]:
+    """Views of a builder's (trans [n, C], final [n], distance [n], expanded [n], the expansion
+    order), state 0 dead; valid until its next expansion (they do not own the memory)."""
+    n = lib.byte_dfa_states(handle)
+    ptrs = [ctypes.c_void_p() for _ in range(5)]
+    n_order = lib.byte_dfa_arrays(handle, *map(ctypes.byref, ptrs))
+    shapes = [((n, num_classes), np.int32), (n, np.bool_), (n, np.int64), (n, np.bool_), (n_order, np.int32)]
+    return tuple(np.ndarray(shape, dtype, _buffer(ptr.value, int(np.prod(shape)) * np.dtype(dtype).itemsize))
+                 if np.prod(shape) else np.zeros(shape, dtype) for ptr, (shape, dtype) in zip(ptrs, shapes))
+
+
+def _buffer(address: int, size: int):
+    return (ctypes.c_char * size).from_address(address)
+
+
+def outlines_byte_dfa(pattern: str) -> ByteDFA:
     """The DFA outlines-core builds for `pattern` (raises its ValueError), as a dense table."""
     index = Index(pattern, BYTE_VOCABULARY)
     edges = index.get_transitions()
@@ -230,6 +342,13 @@ class TokenTrie:
         return int(self.depth.max())
 
     @cached_property
+    def single_bytes(self) -> np.ndarray:
+        """bool [256]: the bytes that are a token by themselves."""
+        out = np.zeros(256, dtype=bool)
+        out[self.byte[(self.depth == 1) & (self.tok_ptr[1:] > self.tok_ptr[:-1])]] = True
+        return out
+
+    @cached_property
     def below(self) -> np.ndarray:
         """int32 [N]: the most bytes a token reads below the node (0 at a leaf)."""
         below = np.zeros(len(self.byte), dtype=np.int32)
@@ -343,6 +462,8 @@ def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: n
                  (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)), base_row, base_args, base_classes)
 
 
+# What a TokenIndex reads from its DFA's arrays (addresses and copies) and keeps.
+_DFA_READS = ("_static_args", "_loop_scratch", "_distance_or_dead")
 NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
 
 
@@ -356,7 +477,26 @@ class TokenIndex:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("_loops", "_based", "_tables", "_static_args", "_class_bytes_ptr", "_scratch",
-                             "_loop_scratch", "_distance_or_dead", "_node_state_scratch")}
+                             "_loop_scratch", "_distance_or_dead", "_node_state_scratch", "_dfa_generation")}
+
+    def prepare(self, state: int) -> None:
+        """Have the DFA hold every state a walk from `state` reads (a lazy DFA builds them);
+        where it grew, what was read from its arrays is read again."""
+        self.dfa.prepare(state, self.trie.max_depth)
+        self._check_generation()
+
+    def expand_all(self) -> None:
+        """Have the DFA hold every state (a lazy DFA builds them all)."""
+        self.dfa.expand_all()
+        self._check_generation()
+
+    def _check_generation(self) -> None:
+        """Forget what was read from the DFA's arrays if it grew since (a matcher's step may
+        grow it too, between walks)."""
+        if self.__dict__.get("_dfa_generation", 0) != self.dfa.generation:
+            for name in _DFA_READS:
+                self.__dict__.pop(name, None)
+            self._dfa_generation = self.dfa.generation
 
     @cached_property
     def node_class(self) -> np.ndarray:
@@ -398,6 +538,7 @@ class TokenIndex:
         and split; a state's row never changes once walked (the lexer grows by new states)."""
         out = self._loops.get(state)
         if out is None:
+            self.prepare(state)
             if len(self._loops) > MAX_CACHED_LOOP_STATES:
                 self._loops.clear()
             n, base = self._find_loops(state, accept, split)
@@ -472,6 +613,7 @@ class TokenIndex:
 
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
+        self.prepare(state)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         lib = mask_library()
         if lib is None:
@@ -485,6 +627,7 @@ class TokenIndex:
     def walk(self, state: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
         """One walk of the trie from `state`: (uint32 packed allowed tokens below vocab_size,
         int32 [N] each trie node's DFA state, dead where the walk died or never went)."""
+        self.prepare(state)
         words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
         lib = mask_library()
         if lib is not None:
@@ -503,6 +646,7 @@ class TokenIndex:
         (uint32 packed tokens that stay alive, int32 nodes below depth 1 where the lexeme dies
         right after an accepting state, int32 accept[] there), nodes ascending. With `split`
         (lexemes may end at any complete match), every node below depth 1 whose parent accepts."""
+        self.prepare(state)
         lib = mask_library()
         if lib is None:
             words, node_state = self.walk(state, vocab_size)
@@ -540,6 +684,7 @@ class TokenIndex:
     def next_states(self, state: int) -> np.ndarray:
         """int32 [V]: each token's state after `state` (dead: not allowed; tokens without bytes
         are dead)."""
+        self.prepare(state)
         node_state = self._node_states(state)
         out = np.full(self.trie.size, self.dfa.dead, dtype=np.int32)
         has = self.trie.token_node >= 0
@@ -551,6 +696,7 @@ class TokenIndex:
         (dfa.distance, INT32_MAX where out of reach) after it from `state`; -1 where not allowed
         and for ids past the trie. The walk skips the base row's subtrees (a string's characters:
         most of the vocabulary), whose tokens' distances follow from their lengths alone."""
+        self.prepare(state)
         size = self.trie.size if size is None else size
         out = np.full(size, -1, dtype=np.int32)
         n = min(size, self.trie.size)
@@ -644,26 +790,16 @@ def start_state(dfa: ByteDFA) -> int:
 
 
 def can_reach_final(index: TokenIndex, state: int) -> bool:
-    """Whether some sequence of tokens leads from `state` to an accepting state. First over the
-    bytes that are tokens by themselves (cheap, and enough for byte-level vocabularies), then,
-    if that finds none, over whole tokens."""
-    return _reaches_by_single_bytes(index, state) or _reaches_by_tokens(index, state)
-
-
-def _reaches_by_single_bytes(index: TokenIndex, state: int) -> bool:
-    dfa, trie = index.dfa, index.trie
-    single = trie.byte[(trie.depth == 1) & (trie.tok_ptr[1:] > trie.tok_ptr[:-1])]
-    classes = np.unique(dfa.classes[single])
-    seen = np.zeros(len(dfa.final), dtype=bool)
-    seen[[state, dfa.dead]] = True
-    frontier = np.array([state])
-    while frontier.size:
-        if dfa.final[frontier].any():
-            return True
-        nxt = np.unique(dfa.trans[np.ix_(frontier, classes)])
-        frontier = nxt[~seen[nxt]]
-        seen[frontier] = True
-    return False
+    """Whether some sequence of tokens leads from `state` to an accepting state: none where no
+    bytes do; first over the bytes that are tokens by themselves (cheap, and enough for
+    byte-level vocabularies), then, if that finds none, over whole tokens (a lazy DFA is built
+    whole for that)."""
+    if index.dfa.distance[state] >= UNREACHABLE:
+        return False
+    if index.dfa.reaches(state, index.trie.single_bytes):
+        return True
+    index.expand_all()
+    return _reaches_by_tokens(index, state)
 
 
 def _reaches_by_tokens(index: TokenIndex, state: int) -> bool:

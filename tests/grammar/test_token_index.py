@@ -71,6 +71,7 @@ def test_json_schema_masks_match_outlines_core_index(smollm2_tokenizer, sp_token
 def test_native_and_numpy_walks_agree(smollm2_tokenizer, monkeypatch):
     if mask_library() is None:
         pytest.skip("no C compiler")
+    monkeypatch.setenv("GDSERVE_LAZY_DFA", "0")  # every state of the whole DFA
     grammar = compile_grammar("json", {"type": "array", "items": {"type": "string"}},
                               smollm2_tokenizer)
     index: TokenIndex = grammar.index
@@ -94,6 +95,7 @@ def test_base_rows_agree_with_the_numpy_walk(smollm2_tokenizer, monkeypatch, reg
     the numpy walk."""
     if mask_library() is None:
         pytest.skip("no C compiler")
+    monkeypatch.setenv("GDSERVE_LAZY_DFA", "0")  # every state of the whole DFA
     index: TokenIndex = compile_grammar("regex", regex, smollm2_tokenizer).index
     states = range(index.dfa.dead)
     based = [index.loops(s) for s in states if index.loops(s).base_row is not None]
@@ -169,9 +171,10 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
             assert np.array_equal(ours, theirs)
 
 
-def test_pickled_index_walks_its_own_arrays(smollm2_tokenizer):
+def test_pickled_index_walks_its_own_arrays(smollm2_tokenizer, monkeypatch):
     """A grammar compiled in a worker arrives pickled: the C walks' pointers cached there must not
     travel (the server crashed on them); the copy's masks equal the original's."""
+    monkeypatch.setenv("GDSERVE_LAZY_DFA", "0")  # every state of the whole DFA (test_lazy_dfa pickles a lazy one)
     grammar = compile_grammar("regex", r"\"[a-z ]{0,30}\"(,[0-9]+)?", smollm2_tokenizer)
     states = list(range(grammar.index.dfa.dead))
     expected = [grammar.index.allowed_words(s, grammar.vocab_size)[0] for s in states]
