@@ -9,12 +9,15 @@ It talks to the service over a socket pair, one pickled message at a time
 (multiprocessing.connection framing):
     service -> worker: (TokenVocabulary, memory_limit_mb) once, then (kind, spec, options, vocab_size)
     worker -> service: its pid once ready, then a Grammar or a GrammarError per job
+A grammar's token trie travels as its vocabulary's fingerprint (pickle's persistent ids): the
+service holds the same trie, and a few MB of arrays per compile would cost milliseconds each way.
 
 No orphans: the worker exits when the service's end of the socket closes (between jobs), and on
 Linux the kernel kills it when the thread that started it (its lane's thread, which outlives it)
 or its whole parent dies, even mid-compile (PR_SET_PDEATHSIG).
 """
 import ctypes
+import io
 import os
 import pickle
 import resource
@@ -27,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 from gdserve.grammar.compiler import compile_with_vocabulary
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.matcher import Grammar
-from gdserve.grammar.token_index import token_trie
+from gdserve.grammar.token_index import TokenTrie, token_trie
 from gdserve.grammar.vocabulary import TokenVocabulary
 from gdserve.utils import settle_gc
 
@@ -90,9 +93,27 @@ def _compile(vocab: TokenVocabulary, kind: str, spec: object, options: dict,
         return GrammarError(f"{kind} compile failed: {type(e).__name__}: {e}")
 
 
+class _TriePickler(pickle.Pickler):
+    def persistent_id(self, obj: object) -> str | None:
+        return obj.fingerprint if isinstance(obj, TokenTrie) else None
+
+
+class _TrieUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, trie: TokenTrie):
+        super().__init__(io.BytesIO(data))
+        self.trie = trie
+
+    def persistent_load(self, fingerprint: str) -> TokenTrie:
+        if fingerprint != self.trie.fingerprint:
+            raise pickle.UnpicklingError(f"the grammar's tokenizer {fingerprint} is not the service's")
+        return self.trie
+
+
 def _send_result(conn: Connection, result: Grammar | GrammarError) -> None:
+    buffer = io.BytesIO()
     try:
-        payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        _TriePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
+        payload = buffer.getvalue()
     except Exception as e:  # noqa: BLE001 (a grammar that cannot travel is a failed compile)
         payload = pickle.dumps(GrammarError(f"compiled grammar cannot be sent back: {type(e).__name__}: {e}"))
     conn.send_bytes(payload)
@@ -131,9 +152,9 @@ class WorkerProcess:
             raise WorkerDied(f"exit code {self.process.wait()}; its error, if any, is on stderr") from None
 
     def compile(self, kind: str, spec: object, options: dict, vocab_size: int | None,
-                timeout_s: float) -> Grammar | GrammarError | None:
-        """The job's Grammar or GrammarError; None when timeout_s passed first (the worker is
-        still busy: kill it). Raises WorkerDied."""
+                timeout_s: float, trie: TokenTrie) -> Grammar | GrammarError | None:
+        """The job's Grammar (on `trie`, the vocabulary's) or GrammarError; None when timeout_s
+        passed first (the worker is still busy: kill it). Raises WorkerDied."""
         try:
             self.conn.send((kind, spec, options, vocab_size))
             if not self.conn.poll(timeout_s):
@@ -142,7 +163,7 @@ class WorkerProcess:
         except (EOFError, OSError):
             raise WorkerDied from None
         try:
-            return pickle.loads(message)
+            return _TrieUnpickler(message, trie).load()
         except Exception as e:  # noqa: BLE001 (read whole: the stream is still in step)
             return GrammarError(f"{kind} compiled grammar cannot be read back: {type(e).__name__}: {e}")
 

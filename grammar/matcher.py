@@ -58,9 +58,11 @@ class Grammar:
         self.__dict__.update(state, _masks={}, _steps={}, _max_next={}, _next_distances={})
 
     def prepare_budgets(self) -> "Grammar":
-        """Compute what budget rows read (the DFA's distances, max_distance, the reach bound) now,
-        where the grammar compiles: they travel with it when pickled, instead of stalling the
-        engine's first step that needs them (tens of ms for a big schema)."""
+        """Compute what the first masks and budget rows read (the states within a token of the
+        start, the DFA's distances, max_distance, the reach bound) now, where the grammar
+        compiles: they travel with it when pickled, instead of stalling the engine's first step
+        that needs them, and a DFA that explodes from its start fails the compile, not the request."""
+        self.state_mask(self.initial_state)
         self.max_distance, self._reach  # noqa: B018 (cached properties)
         return self
 

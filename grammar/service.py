@@ -10,8 +10,8 @@ start, and an idle service holds only the workers its load has needed.
 A job runs only on an idle, started lane, so its clock measures the compile alone, and a lane
 that times out or dies takes exactly its one job down: on expiry the worker is killed (SIGKILL);
 a worker that dies on its own fails its job. Either way the lane ends and another starts if jobs
-wait. Grammars come back pickled (the byte DFA's arrays; the token trie is interned per
-tokenizer on arrival).
+wait. Grammars come back pickled (the byte DFA's arrays; the token trie, built here once, by
+reference).
 
 submit() never waits for a compile: it returns a Future, already completed on a cache hit.
 Compiled grammars, compile errors and timeouts are cached (two bounded LRUs); crashes are not.
@@ -33,6 +33,7 @@ from gdserve.grammar.compile_worker import WorkerDied, WorkerProcess
 from gdserve.grammar.disk_cache import DiskCache
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.matcher import Grammar
+from gdserve.grammar.token_index import token_trie
 from gdserve.grammar.vocabulary import token_vocabulary
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class CompileService:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.vocab = token_vocabulary(tokenizer, eos_token_ids)
+        self.trie = token_trie(self.vocab.token_bytes, self.vocab.fingerprint)  # what every grammar walks
         self._disk = DiskCache(cache_dir) if cache_dir is not None else None
         self.vocab_size = vocab_size
         self.max_workers = max_workers
@@ -273,7 +275,8 @@ class CompileService:
         """Run the job on the lane's worker and settle it; False when the worker is gone (killed
         on timeout, or dead)."""
         try:
-            result = lane.worker.compile(job.kind, job.spec, job.options, self.vocab_size, self.timeout_s)
+            result = lane.worker.compile(job.kind, job.spec, job.options, self.vocab_size, self.timeout_s,
+                                         self.trie)
         except WorkerDied:
             result = CompilerUnavailableError(
                 f"the grammar compile worker died while compiling this {job.kind} constraint "

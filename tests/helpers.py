@@ -132,3 +132,9 @@ def chat_ids(llm, text: str) -> dict:
     prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                      add_generation_prompt=True)
     return {"prompt_token_ids": tok.encode(prompt, add_special_tokens=False)}
+
+
+# A constraint that takes seconds to compile on any vocabulary: 20,000 enum values, each a terminal
+# of the grammar path.
+SLOW_SCHEMA = {"type": "object", "required": ["v"],
+               "properties": {"v": {"enum": [f"value-{i}-{i * 7919 % 10007}" for i in range(20000)]}}}

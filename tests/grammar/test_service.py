@@ -12,8 +12,8 @@ from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from tests.entrypoints.openai.observe import is_running, wait_until
 from tests.grammar.walk import allowed_ids
+from tests.helpers import SLOW_SCHEMA
 
-SLOW = r"(a|b|ab){1,400}c{1,600}"    # ~6 s to build its DFA (81k states)
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
           "required": ["a"]}
 
@@ -77,19 +77,19 @@ def test_timeout_kills_the_worker_then_compiles_again(smollm2_tokenizer):
         worker = svc.worker_pids()[0]
         start = time.perf_counter()
         with pytest.raises(GrammarError, match=r"timed out after 1.0 s"):
-            svc.compile("regex", SLOW)
+            svc.compile("json", SLOW_SCHEMA)
         assert time.perf_counter() - start < 3.0
         assert svc.compile("regex", "[0-9]+").regex == "[0-9]+"  # on a fresh worker
         assert worker not in svc.worker_pids()
         with pytest.raises(OSError):
             os.kill(worker, 0)  # killed
-        assert svc.submit("regex", SLOW).exception() is not None  # cached failure, no new run
+        assert svc.submit("json", SLOW_SCHEMA).exception() is not None  # cached failure, no new run
 
 
 def test_killed_worker_fails_its_job_then_compiles_again(smollm2_tokenizer):
     with CompileService(smollm2_tokenizer, timeout_s=30.0) as svc:
         svc.compile("choice", ["warm"])
-        future = svc.submit("regex", SLOW)
+        future = svc.submit("json", SLOW_SCHEMA)
         time.sleep(0.5)
         os.kill(svc.worker_pids()[0], 9)
         with pytest.raises(CompilerUnavailableError, match="worker died"):
@@ -99,7 +99,7 @@ def test_killed_worker_fails_its_job_then_compiles_again(smollm2_tokenizer):
 
 def test_close_fails_pending_and_refuses_new(smollm2_tokenizer):
     svc = CompileService(smollm2_tokenizer, timeout_s=30.0)
-    future = svc.submit("regex", SLOW)
+    future = svc.submit("json", SLOW_SCHEMA)
     svc.close()
     with pytest.raises(CompilerUnavailableError, match="closed"):
         future.result(timeout=5)
@@ -138,7 +138,7 @@ def test_a_worker_dies_with_its_parent(tiny_llama_dir, tmp_path):
         from gdserve.models.loader import load_tokenizer
 
         service = CompileService(load_tokenizer({str(tiny_llama_dir)!r}), timeout_s=120)
-        service.submit("regex", {SLOW!r})
+        service.submit("json", {SLOW_SCHEMA!r})
         while not service.worker_pids():
             time.sleep(0.05)
         print(service.worker_pids()[0], flush=True)

@@ -19,12 +19,11 @@ from transformers import LlamaConfig
 from tests.entrypoints.openai.conftest import Server, start_server, stop_server
 from tests.entrypoints.openai.observe import (StreamResult, completion_body, compile_workers, cpu_seconds, exists,
                                               is_running, stream_completion, wait_until)
-from tests.helpers import TINY_LLAMA, save_byte_tokenizer, save_random_hf_model
+from tests.helpers import SLOW_SCHEMA, TINY_LLAMA, save_byte_tokenizer, save_random_hf_model
 
 CONTEXT = 4096
 SERVER_ARGS = ("--max-model-len", str(CONTEXT), "--kv-cache-memory", str(32 << 20), "--grammar-cache-dir", "none",
                "--grammar-compile-timeout-s", "120")
-SLOW_REGEX = r"(a|b|ab){1,400}c{1,600}"  # ~1 min to compile on this vocabulary
 BLOCK_SIZE = 16
 
 
@@ -45,8 +44,9 @@ def fault_server(long_tiny_dir, tmp_path_factory):
     stop_server(proc)
 
 
-def guided_completion(regex: str) -> dict:
-    return {"model": "test-model", "prompt": "Answer:", "max_tokens": 16, "temperature": 0, "guided_regex": regex}
+def guided_completion(regex: str | None = None, **constraint) -> dict:
+    return {"model": "test-model", "prompt": "Answer:", "max_tokens": 16, "temperature": 0,
+            **({"guided_regex": regex} if regex is not None else constraint)}
 
 
 def assert_guided_works(server: Server, regex: str) -> None:
@@ -106,7 +106,7 @@ def test_a_worker_killed_mid_compile_fails_that_request_and_the_pool_recovers(fa
     (worker,) = compile_workers(proc.pid)
     idle_cpu = cpu_seconds(worker)
     with ThreadPoolExecutor(1) as pool:
-        slow = pool.submit(server.post, "/v1/completions", guided_completion(SLOW_REGEX))
+        slow = pool.submit(server.post, "/v1/completions", guided_completion(guided_json=SLOW_SCHEMA))
         wait_until(lambda: cpu_seconds(worker) > idle_cpu + 0.3, 30, "the slow compile running")
         os.kill(worker, signal.SIGKILL)
         status, body = slow.result(timeout=30)
