@@ -109,8 +109,13 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     start = time.perf_counter()
     ids = [engine.add_request(p, sp, grammar=g) for p, sp, g in zip(prompts, params, grammars)]
     finished: dict[str, RequestOutput] = {}
+    every = max(1, len(ids) // 8)
     while len(finished) < len(ids):
+        before = len(finished)
         finished.update((out.request_id, out) for out in engine.step() if out.finished)
+        if len(finished) // every > before // every:  # progress, for runs of minutes on a CPU
+            print(f"  {len(finished)}/{len(ids)} finished after {time.perf_counter() - start:.0f} s",
+                  file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
     return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
