@@ -28,7 +28,7 @@ from gdserve.bench.workloads import REPO_ROOT, shared_dir
 from gdserve.config import EngineConfig
 from gdserve.grammar import GrammarError, allocate_token_bitmask
 from gdserve.grammar.service import CompileService
-from gdserve.outputs import RequestOutput
+from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
 
 TARGETS = {"cold_vs_unguided": 0.8, "warm_vs_unguided": 0.95, "compile_p50_ms": 5.0, "compile_p99_ms": 200.0}
@@ -107,8 +107,8 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     grammars = grammars or [None] * len(prompts)
     engine.kv_cache.reset_prefix_cache()  # each run prefills its prompts
     start = time.perf_counter()
-    ids = [engine.add_request(p, sp, grammar=g) for p, sp, g in zip(prompts, params, grammars)]
     finished: dict[str, RequestOutput] = {}
+    ids = [_add_request(engine, p, sp, g, finished) for p, sp, g in zip(prompts, params, grammars)]
     every = max(1, len(ids) // 8)
     while len(finished) < len(ids):
         before = len(finished)
@@ -119,6 +119,19 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
     return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
+
+
+def _add_request(engine, prompt: list[int], params: SamplingParams, grammar,
+                 finished: dict[str, RequestOutput]) -> str:
+    """The request's id; one the engine refuses up front (a ValueError, GrammarError included)
+    is finished at once with its error, as one refused while compiling would be."""
+    try:
+        return engine.add_request(prompt, params, grammar=grammar)
+    except ValueError as e:
+        request_id = f"refused-{len(finished)}"
+        finished[request_id] = RequestOutput(request_id, None, prompt, [CompletionOutput(0, "", [], "error")],
+                                             finished=True, error=str(e))
+        return request_id
 
 
 def _warm_up_guided(llm, prompt: list[int]) -> None:
@@ -142,8 +155,9 @@ def run_engine_runs(llm, items: list[AgentSchema], prompts: list[list[int]], max
                              guided=GuidedDecodingParams(json=item.schema)) for item in items]
     print(f"cold guided: {len(items)} requests, each its own schema ...", file=sys.stderr, flush=True)
     cold, outputs = run_batch(engine, prompts, guided)
-    compiled = [i for i, o in enumerate(outputs) if not _refused(o)]
-    grammars = [engine.guided.submit(guided[i].guided).result() for i in compiled]  # cache hits
+    compiling = {i: engine.guided.submit(guided[i].guided) for i, o in enumerate(outputs) if not _refused(o)}
+    compiled = [i for i, future in compiling.items() if future.exception() is None]  # cache hits, but for evictions
+    grammars = [compiling[i].result() for i in compiled]
     print(f"warm guided: {len(compiled)} requests ...", file=sys.stderr, flush=True)
     warm, _ = run_batch(engine, [prompts[i] for i in compiled], [guided[i] for i in compiled], grammars)
     produced = [i for i, o in enumerate(outputs) if o.outputs[0].token_ids]

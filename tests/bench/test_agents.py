@@ -63,13 +63,12 @@ def test_report_counts_add_up_with_a_refused_schema(tiny_llama_dir, schema_dir, 
 
 
 def test_a_compile_timeout_is_a_refusal(tiny_llama_dir, schema_dir, tmp_path):
-    r = run_bench(tiny_llama_dir, schema_dir, tmp_path, "--num-requests", "2", "--grammar-compile-timeout-s", "1e-6")
-    assert r["schemas"]["accepted"] + r["schemas"]["refused"] == 2
-    assert r["schemas"]["refused"] == 2
+    r = run_bench(tiny_llama_dir, schema_dir, tmp_path, "--num-requests", "1", "--grammar-compile-timeout-s", "1e-6")
+    assert (r["schemas"]["accepted"], r["schemas"]["refused"]) == (0, 1)
     assert all("timed out" in x["error"] for x in r["schemas"]["refusals"])
     assert r["cold"]["output_tokens"] == r["unguided"]["output_tokens"] == 0
     assert r["ratios"] == {"cold_vs_unguided": None, "warm_vs_unguided": None}
-    assert r["compile_ms"]["refused"] == 2
+    assert r["compile_ms"]["refused"] == 1
 
 
 def test_schemas_are_distinct_and_drawn_by_seed(schema_dir):
