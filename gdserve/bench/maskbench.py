@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from gdserve.bench.peers import BACKENDS, MODULES, Backend, CompileFailed, make_backend
+from gdserve.bench.results import percentiles
 from gdserve.bench.workloads import shared_dir
 from gdserve.models.registry import DEFAULT_MODEL
 from gdserve.utils import settle_gc
@@ -243,8 +244,8 @@ class BackendRun:
         n = max(len(self.per_schema), 1)
         return {"settings": self.settings, "schemas": len(self.per_schema), "counts": counts,
                 "percent": {o: round(100 * c / n, 2) for o, c in counts.items()},
-                "ttfm_ms": _percentiles(self.ttfm_ms, (50, 90, 99)),
-                "tbm_us": {**_percentiles(self.tbm_us, (50, 99)),
+                "ttfm_ms": percentiles(self.ttfm_ms, (50, 90, 99)),
+                "tbm_us": {**percentiles(self.tbm_us, (50, 99)),
                            "max": round(max(self.tbm_us), 1) if self.tbm_us else None,
                            "mean": round(float(np.mean(self.tbm_us)), 1) if self.tbm_us else None,
                            "fills": len(self.tbm_us)},
@@ -264,12 +265,6 @@ class BackendRun:
             "keywords": {k: sum(r.get(k, 0) for r in reports) for k in ("exact", "approximated", "ignored")},
             "schemas_with_approximated": sum(1 for r in reports if r.get("approximated")),
             "schemas_with_ignored": sum(1 for r in reports if r.get("ignored"))}}
-
-
-def _percentiles(values: list[float], qs: tuple[int, ...]) -> dict:
-    if not values:
-        return {f"p{q}": None for q in qs}
-    return {f"p{q}": round(float(v), 3) for q, v in zip(qs, np.percentile(values, qs))}
 
 
 def classify(cases_tests: list[tuple[object, bool]], results: list[dict]) -> tuple[str, str | None]:

@@ -1,45 +1,25 @@
 """`gdserve bench throughput`: output tokens/s of the engine and of HF transformers `generate`
 (static batching) on the same standard workload, in one run, with their ratio."""
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
+from gdserve.bench.offline import timed_generate, warm_llm
+from gdserve.bench.results import print_rate, rate, run_header, write_result
 from gdserve.bench.workloads import load_workload_module
 from gdserve.models.registry import DEFAULT_MODEL
-
-
-def _timed_generate(llm, prompts: list[dict], params: list) -> tuple[dict, list]:
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params)
-    seconds = time.perf_counter() - start
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}, outputs
-
-
-def _warm_llm(model: str, engine_args: dict, prompts: list[dict]):
-    """The engine, loaded and run once (its prefix cache then emptied: the first timed run would
-    find that prompt cached), with the garbage collector settled as the server settles it once
-    its engine has loaded."""
-    from gdserve import LLM, SamplingParams
-    from gdserve.utils import settle_gc
-    llm = LLM(model, **engine_args)
-    llm.generate(prompts[:1], SamplingParams(max_tokens=2))
-    llm.engine.kv_cache.reset_prefix_cache()
-    settle_gc()
-    return llm
 
 
 def run_engine(requests: list[dict], model: str, engine_args: dict) -> dict:
     from gdserve import SamplingParams
     prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-    llm = _warm_llm(model, engine_args, prompts)
+    llm = warm_llm(model, engine_args, prompts)
     params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
-    return _timed_generate(llm, prompts, params)[0]
+    return timed_generate(llm, prompts, params)[0]
 
 
 def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) -> dict:
@@ -49,17 +29,17 @@ def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) 
     from gdserve import SamplingParams
     from gdserve.sampling_params import GuidedDecodingParams
     prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-    llm = _warm_llm(model, engine_args, prompts)
+    llm = warm_llm(model, engine_args, prompts)
     guided = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0,
                              guided=GuidedDecodingParams(json=r["json_schema"])) for r in requests]
     for p in guided:
         llm.engine.guided.submit(p.guided).result()
     llm.generate(prompts[:1], guided[:1])  # JIT-compiles the bitmask kernel before the clock
-    guided_run, outputs = _timed_generate(llm, prompts, guided)
+    guided_run, outputs = timed_generate(llm, prompts, guided)
     lengths = [len(o.outputs[0].token_ids) for o in outputs]
     unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in lengths]
     llm.engine.kv_cache.reset_prefix_cache()  # or the second run would skip its prefill
-    unguided_run, _ = _timed_generate(llm, prompts, unguided)
+    unguided_run, _ = timed_generate(llm, prompts, unguided)
     llm.engine.close()
     return {"guided": guided_run, "unguided": unguided_run,
             "ratio": guided_run["tokens_per_s"] / unguided_run["tokens_per_s"]}
@@ -90,14 +70,25 @@ def run_hf(requests: list[dict], model_dir: Path, dtype: torch.dtype, device: to
         assert out.shape[1] - width == max_new, "HF stopped early"
         useful += sum(r["max_tokens"] for r in batch)
     seconds = time.perf_counter() - start
-    return {"output_tokens": useful, "seconds": seconds, "tokens_per_s": useful / seconds,
-            "batch_size": batch_size}
+    return {**rate(useful, seconds), "batch_size": batch_size}
+
+
+AGENTS_FLAGS = ("schema_dir", "max_tokens", "temperature", "seed")
 
 
 def cmd_throughput(args: argparse.Namespace) -> None:
     from gdserve.config import EngineConfig
     from gdserve.entrypoints.cli import engine_kwargs
     from gdserve.models.loader import resolve_model
+    engine_args = engine_kwargs(args)
+    if args.tokenizer:
+        engine_args["tokenizer"] = args.tokenizer
+    stray = [f"--{f.replace('_', '-')}" for f in AGENTS_FLAGS if getattr(args, f) is not None]
+    if stray and args.workload != "agents":
+        raise ValueError(f"{', '.join(stray)} apply to --workload agents only")
+    if args.workload == "agents":
+        cmd_agents(args, engine_args)
+        return
     workloads = load_workload_module()
     make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload,
             "guided": workloads.guided_workload,
@@ -105,55 +96,46 @@ def cmd_throughput(args: argparse.Namespace) -> None:
             "cpu-guided": lambda n=32: workloads.guided_workload(n=n, prompt_len=(32, 256), max_tokens=128)}
     make = make[args.workload]
     requests = make(n=args.num_requests) if args.num_requests else make()
-    engine_args = engine_kwargs(args)
     config = EngineConfig(model=args.model, **engine_args)
-    result = {"command": " ".join(["gdserve"] + sys.argv[1:]), "workload": args.workload,
-              "num_requests": len(requests), "model": args.model, "device": str(config.torch_device()),
-              "dtype": str(config.torch_dtype()), "kv_cache_dtype": str(config.torch_kv_cache_dtype()),
-              "quantization": config.quantization,
-              "torch_threads": torch.get_num_threads(),
-              "machine": platform.processor() or platform.machine()}
+    result = run_header(args, config, len(requests))
     if "guided" in args.workload:
         print(f"engine, guided then unguided: {len(requests)} requests ...", file=sys.stderr, flush=True)
         result.update(run_guided_vs_unguided(requests, args.model, engine_args))
-        _print("guided", result["guided"])
-        _print("unguided", result["unguided"])
+        print_rate("guided", result["guided"])
+        print_rate("unguided", result["unguided"])
         print(f"ratio guided / unguided: {result['ratio']:.2f}x")
-        _write(result, args.output)
+        write_result(result, args.output)
         return
     print(f"engine: {len(requests)} requests ...", file=sys.stderr, flush=True)
     result["engine"] = run_engine(requests, args.model, engine_args)
-    _print("engine", result["engine"])
+    print_rate("engine", result["engine"])
     if not args.skip_hf:
         print(f"hf generate: static batches of {args.hf_batch_size} ...", file=sys.stderr, flush=True)
         result["hf"] = run_hf(requests, resolve_model(args.model), config.torch_dtype(),
                               config.torch_device(), args.hf_batch_size, dummy=config.load_format == "dummy")
-        _print("hf", result["hf"])
+        print_rate("hf", result["hf"])
         result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]
         print(f"ratio engine / hf: {result['ratio']:.2f}x")
-    _write(result, args.output)
-
-
-def _write(result: dict, output: str | None) -> None:
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {output}", file=sys.stderr)
-
-
-def _print(name: str, r: dict) -> None:
-    print(f"{name:>8}: {r['output_tokens']} output tokens in {r['seconds']:.1f} s = "
-          f"{r['tokens_per_s']:.1f} tokens/s")
+    write_result(result, args.output)
 
 
 def add_throughput_parser(sub, add_engine_args) -> None:
     p = sub.add_parser("throughput", help="engine vs HF transformers generate on a standard workload")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided"], default="cpu",
-                   help="guided workloads compare the engine guided vs unguided on the same batch")
-    p.add_argument("--num-requests", type=int)
+    p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided", "agents"], default="cpu",
+                   help="guided workloads compare the engine guided vs unguided on the same batch; agents: "
+                        "each request its own JSON Schema, cold and warm compile cache vs unguided")
+    p.add_argument("--num-requests", type=int, help="default: the workload's (agents: 256 on CUDA, 64 elsewhere)")
+    p.add_argument("--tokenizer", help="the tokenizer's model or directory (default: the model's own)")
     p.add_argument("--hf-batch-size", type=int, default=16)
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--output", help="write the figures to this JSON file")
+    agents = p.add_argument_group("agents workload")
+    agents.add_argument("--schema-dir", action="append",
+                        help="a folder of JSON Schema files (MaskBench files: their 'schema'), repeatable; "
+                             "default: the repository's schemas/ and $GDSERVE_SHARED/conformance/maskbench-dev")
+    agents.add_argument("--max-tokens", type=int, help=f"per request (default {DEFAULT_MAX_TOKENS})")
+    agents.add_argument("--temperature", type=float, help=f"default {DEFAULT_TEMPERATURE}")
+    agents.add_argument("--seed", type=int, help="draws the schemas (default 0)")
     add_engine_args(p)
     p.set_defaults(func=cmd_throughput)

@@ -2,7 +2,8 @@
 leaves the engine as the timed runs need it (no cached prompt, no block held)."""
 import pytest
 
-from gdserve.bench.throughput import _warm_llm, run_engine, run_guided_vs_unguided
+from gdserve.bench.offline import warm_llm
+from gdserve.bench.throughput import run_engine, run_guided_vs_unguided
 
 ENGINE_ARGS = {"dtype": "float32", "max_num_batched_tokens": 64, "kv_cache_memory": 1 << 22, "block_size": 4,
                "grammar_compile_timeout_s": 60}
@@ -16,7 +17,7 @@ def requests(n: int, max_tokens: int) -> list[dict]:
 def test_warm_up_leaves_nothing_cached(tiny_llama_dir):
     work = requests(6, 4)
     prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in work]
-    llm = _warm_llm(str(tiny_llama_dir), ENGINE_ARGS, prompts)
+    llm = warm_llm(str(tiny_llama_dir), ENGINE_ARGS, prompts)
     stats = llm.engine.stats()
     assert stats.prefix_cache_queries > 0 and stats.num_used_blocks == 0  # it ran, and let go
     assert stats.num_running == stats.num_waiting == 0

@@ -1,0 +1,24 @@
+"""The offline engine as the throughput benches run it: loaded and warmed, then timed."""
+import time
+
+from gdserve.bench.results import rate
+
+
+def timed_generate(llm, prompts: list[dict], params: list) -> tuple[dict, list]:
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
+
+
+def warm_llm(model: str, engine_args: dict, prompts: list[dict]):
+    """The engine, loaded and run once (its prefix cache then emptied: the first timed run would
+    find that prompt cached), with the garbage collector settled as the server settles it once
+    its engine has loaded."""
+    from gdserve import LLM, SamplingParams
+    from gdserve.utils import settle_gc
+    llm = LLM(model, **engine_args)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2))
+    llm.engine.kv_cache.reset_prefix_cache()
+    settle_gc()
+    return llm
