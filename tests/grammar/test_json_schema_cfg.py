@@ -116,24 +116,29 @@ def test_mutants_are_accepted_only_when_valid(smollm2_tokenizer, name):
     assert rejected >= 5
 
 
+
+def budgeted_walk(g, max_tokens: int, rng: random.Random) -> bytes:
+    """Uniformly random allowed tokens under the engine's budget (max_tokens, EOS included); the
+    matcher must have terminated within it. Returns the text."""
+    eos, ids, m = min(g.eos_token_ids), [], g.matcher()
+    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    for used in range(max_tokens):
+        m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
+        bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
+        token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
+        assert m.accept_token(token)
+        if token == eos:
+            break
+        ids.append(token)
+    assert m.is_terminated()
+    return b"".join(g.token_data(t) for t in ids)
+
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_budgeted_random_walks_end_valid(smollm2_tokenizer, name):
     """Uniformly random allowed tokens under the engine's budget close the recursion in time."""
-    g, rng, max_tokens = grammar_of(smollm2_tokenizer, name), random.Random(4), 64
-    eos = min(g.eos_token_ids)
-    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    g, rng = grammar_of(smollm2_tokenizer, name), random.Random(4)
     for _ in range(4):
-        m, ids = g.matcher(), []
-        for used in range(max_tokens):
-            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
-            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
-            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
-            assert m.accept_token(token)
-            if token == eos:
-                break
-            ids.append(token)
-        assert m.is_terminated(), name
-        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), SCHEMAS[name])
+        jsonschema.validate(json.loads(budgeted_walk(g, 64, rng)), SCHEMAS[name])
 
 
 def test_a_lexeme_ends_wherever_the_rest_parses(smollm2_tokenizer):
@@ -303,20 +308,9 @@ def test_steering_over_thousands_of_terminals_is_built_at_compile(smollm2_tokeni
         "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}}, "$ref": "#/$defs/node"}
     g = pickle.loads(pickle.dumps(compile_grammar("json", schema, smollm2_tokenizer)))
     assert "terminal_spellings" in vars(g)
-    rng, max_tokens, eos = random.Random(7), 40, min(g.eos_token_ids)
-    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    rng = random.Random(7)
     for _ in range(2):
-        m, ids = g.matcher(), []
-        for used in range(max_tokens):
-            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
-            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
-            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
-            assert m.accept_token(token)
-            if token == eos:
-                break
-            ids.append(token)
-        assert m.is_terminated()
-        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), schema)
+        jsonschema.validate(json.loads(budgeted_walk(g, 40, rng)), schema)
 
 
 def test_a_completion_many_levels_deep_is_found_and_steered_to(smollm2_tokenizer):
@@ -332,17 +326,6 @@ def test_a_completion_many_levels_deep_is_found_and_steered_to(smollm2_tokenizer
     g = compile_grammar("json", schema, smollm2_tokenizer)
     shortest = g.matcher().distance_to_complete()
     assert shortest > 100
-    rng, eos = random.Random(3), min(g.eos_token_ids)
-    bitmask = torch.zeros((1, (g.vocab_size + 31) // 32), dtype=torch.int32)
+    rng = random.Random(3)
     for _ in range(3):
-        m, ids, max_tokens = g.matcher(), [], shortest + 4
-        for used in range(max_tokens):
-            m.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - used - 2)
-            bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
-            token = rng.choice(np.flatnonzero(bits[:g.vocab_size]).tolist())
-            assert m.accept_token(token)
-            if token == eos:
-                break
-            ids.append(token)
-        assert m.is_terminated()
-        jsonschema.validate(json.loads(b"".join(g.token_data(t) for t in ids)), schema)
+        jsonschema.validate(json.loads(budgeted_walk(g, shortest + 4, rng)), schema)
