@@ -9,6 +9,7 @@ import torch
 
 from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
+from gdserve.grammar.completion_size import min_completion_tokens
 from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
@@ -41,6 +42,19 @@ def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContext
             words.append(seq.matcher.next_token_row(_budget(seq)))
             rows.append(i)
     return rows, words
+
+
+def check_fits(grammar: Grammar, max_tokens: int) -> None:
+    """ValueError naming the minimum when max_tokens cannot hold the constraint's shortest
+    completion and its EOS (the output would be cut, not complete). A completion's bytes bound its
+    tokens from above, so only a max_tokens below them costs the exact count."""
+    if grammar.matcher().distance_to_complete() < max_tokens:
+        return
+    needed = min_completion_tokens(grammar)
+    if needed is not None and needed + 1 > max_tokens:
+        raise ValueError(f"max_tokens {max_tokens} cannot hold a complete output of the constraint: its "
+                         f"shortest takes {needed} tokens, and EOS one more; set max_tokens to at least "
+                         f"{needed + 1}")
 
 
 class GuidedDecoder:

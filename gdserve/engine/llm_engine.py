@@ -17,7 +17,7 @@ import torch
 
 from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
-from gdserve.engine.guided import GuidedDecoder
+from gdserve.engine.guided import GuidedDecoder, check_fits
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
 from gdserve.engine.request import PLACEHOLDER, Sequence
@@ -107,6 +107,8 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         max_tokens = self._check_prompt(prompt_token_ids, params)
+        if grammar is not None:
+            check_fits(grammar, max_tokens)
         seqs = [self._new_sequence(request_id, i, prompt_token_ids, params, max_tokens)
                 for i in range(params.n)]
         if self.config.enable_prefix_caching:
@@ -132,10 +134,13 @@ class LLMEngine:
             if not future.done():
                 continue
             del self.compiling[request_id]
-            if future.exception() is None:
-                self._schedule(request_id, future.result())
+            try:
+                grammar = future.result()
+                check_fits(grammar, self.requests[request_id][0].max_tokens)
+            except Exception as e:  # noqa: BLE001 (a failed compile, or a max_tokens too small for it)
+                self._fail(request_id, str(e))
             else:
-                self._fail(request_id, str(future.exception()))
+                self._schedule(request_id, grammar)
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Validate the prompt against the model and the cache; return the resolved max_tokens."""

@@ -147,3 +147,19 @@ def test_guided_params_need_exactly_one_kind():
         GuidedDecodingParams()
     with pytest.raises(ValueError, match="exactly one"):
         GuidedDecodingParams(regex="a", json={})
+
+
+def test_a_max_tokens_below_the_shortest_completion_is_refused_naming_the_minimum(llm):
+    """Thirty digits take thirty of SmolLM2's tokens, and EOS one more: a max_tokens of 20 would cut
+    the output, so the request is refused up front (given its grammar) or fails before its first
+    token (compiled in the background), naming the minimum."""
+    guided = GuidedDecodingParams(regex="[0-9]{30}")
+    prompt = chat_ids(llm, "Thirty digits, please.")["prompt_token_ids"]
+    grammar = llm.engine.guided.submit(guided).result()
+    with pytest.raises(ValueError, match="max_tokens 20 .* at least 31"):
+        llm.engine.add_request(prompt, SamplingParams(max_tokens=20, guided=guided), grammar=grammar)
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=20, guided=guided))[0]
+    assert out.outputs[0].finish_reason == "error" and "at least 31" in out.error
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=31, guided=guided))[0]
+    assert re.fullmatch("[0-9]{30}", out.outputs[0].text)
+    assert_no_leaks(llm)
