@@ -7,6 +7,17 @@ from gdserve.grammar.token_index import TokenTrie
 PRINTABLE_FIRST = sorted(range(256), key=lambda b: (not 32 < b < 127, b))
 
 
+def shortest_completion_bytes(grammar) -> int | None:
+    """Bytes of the shortest completion from the start, which bound its tokens from above (every
+    byte is a token in byte-level vocabularies); None where no completion is known (or the grammar
+    is of a kind this module does not read)."""
+    grammar = getattr(grammar, "base", grammar)  # a wrapper keeping state beside its automaton
+    if isinstance(grammar, CfgGrammar):
+        text = grammar.completion(grammar.initial)
+        return None if text is None else len(text)
+    return grammar.distance(grammar.initial_state) if isinstance(grammar, Grammar) else None
+
+
 def min_completion_tokens(grammar) -> int | None:
     """Tokens of the shortest completion from the start, its bytes cut greedily into the longest
     tokens of the vocabulary: a count a sequence can reach (a cleverer cut may need fewer). None

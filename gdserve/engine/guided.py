@@ -9,7 +9,7 @@ import torch
 
 from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
-from gdserve.grammar.completion_size import min_completion_tokens
+from gdserve.grammar.completion_size import min_completion_tokens, shortest_completion_bytes
 from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
@@ -48,7 +48,8 @@ def check_fits(grammar: Grammar, max_tokens: int) -> None:
     """ValueError naming the minimum when max_tokens cannot hold the constraint's shortest
     completion and its EOS (the output would be cut, not complete). A completion's bytes bound its
     tokens from above, so only a max_tokens below them costs the exact count."""
-    if grammar.matcher().distance_to_complete() < max_tokens:
+    shortest = shortest_completion_bytes(grammar)
+    if shortest is None or shortest < max_tokens:
         return
     needed = min_completion_tokens(grammar)
     if needed is not None and needed + 1 > max_tokens:
