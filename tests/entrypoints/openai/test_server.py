@@ -193,13 +193,13 @@ def test_structured_output_report_on_request(tiny_server):
     assert any("maxItems 500 lowered" in a for a in report["approximated"])
     assert any(a.startswith("any value at /properties/meta") for a in report["approximated"])
     assert report["ignored"] == []  # strict mode refuses what it cannot enforce
-    c = client.completions.create(model="test-model", prompt="x", max_tokens=5, extra_body=extra)
+    c = client.completions.create(model="test-model", prompt="x", max_tokens=40, extra_body=extra)
     assert c.model_extra["structured_output_report"] == report
-    chunks = list(client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5, stream=True,
+    chunks = list(client.chat.completions.create(model="test-model", messages=MSG, max_tokens=40, stream=True,
                                                  extra_body=extra))
     assert chunks[0].model_extra["structured_output_report"] == report
     assert all("structured_output_report" not in (c.model_extra or {}) for c in chunks[1:])  # once
-    plain = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=5,
+    plain = client.chat.completions.create(model="test-model", messages=MSG, max_tokens=40,
                                            extra_body={"structured_outputs": {"json": schema}})
     assert "structured_output_report" not in (plain.model_extra or {})
 

@@ -1,11 +1,13 @@
 """End to end on the default model (SmolLM2): structured outputs valid against their schemas,
 under concurrency; streaming; a client that disconnects frees its blocks."""
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
 
 import jsonschema
+import openai
 import pydantic
 import pytest
 
@@ -50,8 +52,9 @@ def test_32_concurrent_structured_requests_are_valid(smollm2_server):
 
     async def run():
         client = smollm2_server.async_client(timeout=300)
-        for name in schemas:  # compile first (one worker, one at a time), off the clock below
-            await request(client, name, 0, 1)
+        for name in schemas:  # compile first (one at a time), off the clock below; max_tokens 1 holds
+            with contextlib.suppress(openai.BadRequestError):  # no complete output: a 400 once compiled
+                await request(client, name, 0, 1)
         return await asyncio.gather(*(request(client, name, i, 160) for name, i in jobs))
 
     results = asyncio.run(run())
