@@ -21,6 +21,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from gdserve.grammar.allowance import checkpoint
 from gdserve.grammar.cfg_complete import prefix_tokens, shortest_completion, shortest_spelling
 from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
@@ -184,6 +185,7 @@ class CfgGrammar:
         where one terminal is alive that read alike (Lexer.shared_key: keys with values alike)."""
         exp = self._roots.get(lex)
         if exp is None:
+            checkpoint()
             family, terminal = self.lexer.shared_key(lex) or (None, None)
             shared = self._shared_roots.get(family)
             if shared is not None:
@@ -199,6 +201,7 @@ class CfgGrammar:
         """uint32 [W]: the real tokens allowed in a configuration (no EOS)."""
         words = self._words.get(config)
         if words is None:
+            checkpoint()
             if len(self._words) > MAX_CACHED_MASKS:
                 self._words.clear()
             words = self._words[config] = self._build_words(config)
@@ -222,6 +225,7 @@ class CfgGrammar:
                     start = self.start_of(after)
                     child = crossing.children.get(start)
                     if child is None:
+                        checkpoint()
                         child = crossing.children[start] = self.store.subtrees(
                             *self.lexer.arrays(), start, crossing.roots)
                     words |= child.inside
@@ -271,6 +275,7 @@ class CfgGrammar:
     def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
+            checkpoint()
             if len(self._completions) > MAX_CACHED_MASKS:
                 self._completions.clear()
             self._completions[state] = shortest_completion(self, state)

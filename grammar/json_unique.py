@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gdserve.grammar.allowance import checkpoint
 from gdserve.grammar.cfg import CfgGrammar
 from gdserve.grammar.json_unique_paths import Path, unique_array_paths
 from gdserve.grammar.json_unique_scan import Scan, Scanner, decoded_prefix, items_read, path_matcher
@@ -206,6 +207,7 @@ class UniqueItemsMatcher:
         key = (state, scan, budget)
         found = self._viability.get(key)
         if found is None:
+            checkpoint()
             if len(self._viability) >= MAX_CACHED_VIABILITY:
                 self._viability.clear()
             found = self._viability[key] = self._search(scan, state, budget)

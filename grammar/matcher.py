@@ -12,6 +12,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from gdserve.grammar.allowance import checkpoint
 from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
 from gdserve.kernels.bitmask import bitmask_width, pack_words
 
@@ -92,6 +93,7 @@ class Grammar:
     def state_mask(self, state: int) -> StateMask:
         mask = self._masks.get(state)
         if mask is None:
+            checkpoint()
             mask = self._masks[state] = self._build_mask(state)
         return mask
 
@@ -131,6 +133,7 @@ class Grammar:
         sequences of one schema meet the same few (an unbounded string's) step after step."""
         dist = self._next_distances.pop(state, None)
         if dist is None:
+            checkpoint()
             if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
                 del self._next_distances[next(iter(self._next_distances))]
             dist = self.index.next_distances(state, self.vocab_size)  # -1 past the tokenizer

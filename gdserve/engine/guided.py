@@ -1,5 +1,10 @@
 """Guided decoding in the decode loop: compile constraints off the loop, mask the guided rows'
-logits with one bitmask per step, advance each sequence's matcher with its sampled token."""
+logits with one bitmask per step, advance each sequence's matcher with its sampled token.
+
+A step spends about STEP_ALLOWANCE_S on matchers' new work (rows of states not seen before,
+completion searches: grammar/allowance.py), and one unit of it per row beyond that. A sequence
+whose row is not ready by then is parked: it skips this step's sample and retries in the next
+with its finished work cached; the batch goes on without it."""
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -9,11 +14,14 @@ import torch
 
 from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
+from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import min_completion_tokens, shortest_completion_bytes
 from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import GuidedDecodingParams
+
+STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work; about one decode step on a GPU
 
 
 def _budget(seq: Sequence) -> int:
@@ -22,26 +30,37 @@ def _budget(seq: Sequence) -> int:
     return seq.max_tokens - seq.num_output_tokens - 2
 
 
-def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContextManager]
-               ) -> tuple[list[int], list[torch.Tensor]]:
-    """(index in seqs, packed row) of each guided sequence still running. Unguarded until a
-    matcher raises (a guard per row costs as much as the row): that sequence's exception then
-    goes through guard(seq), which contains it, and the rest run inside their guards."""
+def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContextManager],
+               allowance: Allowance) -> tuple[list[int], list[torch.Tensor], list[Sequence]]:
+    """(index in seqs, packed row) of each guided sequence still running whose row is ready, and
+    the sequences whose row is not (MaskPending). Unguarded until a matcher raises anything else
+    (a guard per row costs as much as the row): that sequence's exception then goes through
+    guard(seq), which contains it, and the rest run inside their guards."""
     live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
-    words = []
+    rows, words, parked = [], [], []
+    done = 0
     try:
-        for _, seq in live:
-            words.append(seq.matcher.next_token_row(_budget(seq)))
-        return [i for i, _ in live], words
+        for i, seq in live:
+            _add_row(i, seq, allowance, rows, words, parked)
+            done += 1
+        return rows, words, parked
     except Exception as error:  # noqa: BLE001 (contained by the failed sequence's guard)
-        with guard(live[len(words)][1]):
+        with guard(live[done][1]):
             raise error
-    rows = [i for i, _ in live[:len(words)]]
-    for i, seq in live[len(words) + 1:]:
+    for i, seq in live[done + 1:]:
         with guard(seq):
+            _add_row(i, seq, allowance, rows, words, parked)
+    return rows, words, parked
+
+
+def _add_row(i: int, seq: Sequence, allowance: Allowance, rows: list[int], words: list[torch.Tensor],
+             parked: list[Sequence]) -> None:
+    try:
+        with allowing(allowance):
             words.append(seq.matcher.next_token_row(_budget(seq)))
-            rows.append(i)
-    return rows, words
+        rows.append(i)
+    except MaskPending:
+        parked.append(seq)
 
 
 def check_fits(grammar: Grammar, max_tokens: int) -> None:
@@ -72,6 +91,7 @@ class GuidedDecoder:
         self._bitmask = allocate_token_bitmask(1, vocab_size)
         self._indices = torch.empty(1, dtype=torch.int64)
         self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
+        self._allowance = Allowance.of(STEP_ALLOWANCE_S)
 
     @property
     def service(self) -> CompileService:
@@ -93,15 +113,33 @@ class GuidedDecoder:
     def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
+    def begin_step(self) -> None:
+        """Start the step's allowance for new mask work (is_terminated and apply_bitmask)."""
+        self._allowance = Allowance.of(STEP_ALLOWANCE_S)
+
+    def is_terminated(self, seq: Sequence) -> bool:
+        """Whether seq's constraint is complete with only EOS to follow; False while that is not
+        known within the step's allowance (its next row then holds only EOS)."""
+        with allowing(self._allowance):
+            try:
+                return seq.matcher.is_terminated()
+            except MaskPending:
+                return False
+
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
-                      guard: Callable[[Sequence], AbstractContextManager]) -> None:
+                      guard: Callable[[Sequence], AbstractContextManager]) -> list[Sequence]:
         """Mask row i of logits by seqs[i]'s matcher, for every guided sequence still running, in
-        one apply. Runs while the GPU computes the step's forward; the rows go over in one pinned copy.
-        A matcher's exception goes through guard(seq), which contains it: a row whose matcher
-        raised is left unmasked (its sequence has been finished, so its token is dropped)."""
-        rows, words = _next_rows(seqs, guard)
-        if not rows:
-            return
+        one apply, and return the parked sequences (rows not ready within the step's allowance:
+        the caller samples without them). Runs while the GPU computes the step's forward; the
+        rows go over in one pinned copy. A matcher's exception goes through guard(seq), which
+        contains it: a row whose matcher raised is left unmasked (its sequence has been
+        finished, so its token is dropped)."""
+        rows, words, parked = _next_rows(seqs, guard, self._allowance)
+        if rows:
+            self._mask(logits, rows, words)
+        return parked
+
+    def _mask(self, logits: torch.Tensor, rows: list[int], words: list[torch.Tensor]) -> None:
         num_rows = len(rows)
         host, device = self._buffers(num_rows, logits.device)
         stack_rows(host, words, self.vocab_size)

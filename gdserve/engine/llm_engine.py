@@ -249,6 +249,7 @@ class LLMEngine:
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids)
+        self.guided.begin_step()
         outputs += self._take_pending()
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
@@ -256,11 +257,25 @@ class LLMEngine:
                 self.kv_cache.cache_full_blocks(seq)
         sampled = [batch.seqs[i] for i in sample_rows]
         if sampled:
-            self.guided.apply_bitmask(logits, sampled,
-                                      lambda seq: self._guard(seq.request_id, "computing its grammar mask"))
+            parked = self.guided.apply_bitmask(
+                logits, sampled, lambda seq: self._guard(seq.request_id, "computing its grammar mask"))
+            if parked:
+                sampled, logits = self._park(parked, sampled, logits)
+        if sampled:
             self._pending = self._sample(sampled, logits)
             if not self.async_scheduling:
                 outputs += self._take_pending()
+
+    @staticmethod
+    def _park(parked: list[Sequence], sampled: list[Sequence], logits: torch.Tensor
+              ) -> tuple[list[Sequence], torch.Tensor]:
+        """Leave out of this step's sample the sequences whose grammar row is not ready: each
+        recomputes its last position (same token, same KV slot) when next scheduled."""
+        for seq in parked:
+            seq.num_computed_tokens -= 1
+        skip = set(parked)
+        keep = [i for i, seq in enumerate(sampled) if seq not in skip]
+        return [sampled[i] for i in keep], logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> PendingSample:
         """Sample every row; a sequence still running holds a PLACEHOLDER for its token."""
@@ -327,7 +342,7 @@ class LLMEngine:
         seq.text += seq.detokenizer.append(token_id)
         if seq.detokenizer.stop_reason is not None:
             self._finish(seq, "stop", seq.detokenizer.stop_reason)
-        elif seq.matcher is not None and seq.matcher.is_terminated():
+        elif seq.matcher is not None and self.guided.is_terminated(seq):
             self._finish(seq, "stop")
         elif seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
             self._finish(seq, "length")

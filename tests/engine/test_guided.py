@@ -2,13 +2,16 @@
 guided and unguided requests share batches without changing each other's tokens."""
 import json
 import re
+import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from gdserve import LLM, SamplingParams
+from gdserve.engine.guided import STEP_ALLOWANCE_S
 from gdserve.grammar import GrammarError
+from gdserve.grammar.allowance import checkpoint
 from gdserve.sampling_params import GuidedDecodingParams
 from tests.engine.test_llm import assert_no_leaks
 from tests.helpers import chat_ids
@@ -163,3 +166,62 @@ def test_a_max_tokens_below_the_shortest_completion_is_refused_naming_the_minimu
     out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=31, guided=guided))[0]
     assert re.fullmatch("[0-9]{30}", out.outputs[0].text)
     assert_no_leaks(llm)
+
+
+class SlowRowGrammar:
+    """A compiled grammar whose matcher needs `units` units of new work (5 ms each, progress
+    kept: grammar/allowance.py's checkpoint before each) before its first row."""
+
+    def __init__(self, grammar, units: int):
+        self.grammar, self.units, self.units_done = grammar, units, 0
+
+    def matcher(self):
+        return SlowRowMatcher(self)
+
+
+class SlowRowMatcher:
+    def __init__(self, slow: SlowRowGrammar):
+        self.slow, self.inner = slow, slow.grammar.matcher()
+
+    def next_token_row(self, budget=None):
+        while self.slow.units_done < self.slow.units:
+            checkpoint()
+            time.sleep(0.005)
+            self.slow.units_done += 1
+        return self.inner.next_token_row(budget)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_slow_matcher_parks_its_sequence_not_the_batch(tiny_llama_dir):
+    """A matcher whose first row takes 2 s of work beside unguided and guided requests: each step
+    gives it at most the step's allowance (it waits, parked, the batch does not), the others run
+    to their last token meanwhile, then it completes within its constraint."""
+    llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000, grammar_cache_dir=None,
+              grammar_compile_workers=1)
+    engine = llm.engine
+    ready = engine.guided.submit(GuidedDecodingParams(regex=r"[0-9]{2,4}")).result()
+    slow = SlowRowGrammar(engine.guided.submit(GuidedDecodingParams(regex=r"[a-z]{3,6}!")).result(), 400)
+    greedy = lambda n, **kw: SamplingParams(max_tokens=n, temperature=0.0, **kw)  # noqa: E731
+    slow_id = engine.add_request([5, 6, 7], greedy(12), grammar=slow)
+    others = {engine.add_request([9, 10, 11 + i], greedy(16, ignore_eos=True)) for i in range(2)}
+    others |= {engine.add_request([12, 13, 14 + i], greedy(8), grammar=ready) for i in range(2)}
+    max_units_per_step = int(STEP_ALLOWANCE_S / 0.005) + 1  # a unit lasts 5 ms at least
+    finished = {}
+
+    def step_until(request_ids: set[str]) -> None:
+        while not request_ids <= finished.keys():
+            before = slow.units_done
+            finished.update((out.request_id, out) for out in engine.step() if out.finished)
+            assert slow.units_done - before <= max_units_per_step
+
+    step_until(others)
+    assert slow.units_done < slow.units and slow_id not in finished
+    step_until({slow_id})
+    assert slow.units_done == slow.units and others <= finished.keys()
+    for request_id in others:
+        assert finished[request_id].outputs[0].finish_reason in ("stop", "length")
+    assert re.fullmatch(r"[a-z]{3,6}!", finished[slow_id].outputs[0].text)
+    assert_no_leaks(llm)
+    engine.close()

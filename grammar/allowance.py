@@ -1,0 +1,52 @@
+"""A time allowance for mask work, so that the engine's step never waits long on one sequence's
+matcher. Grammars call `checkpoint()` before each unit of work whose result they cache (one state's
+row, one walk of the token trie, one completion search). Inside `allowing(allowance)` (one
+sequence's row), a checkpoint past the allowance's deadline raises MaskPending, once at least one
+unit has run inside it: every row of a step gets a unit, and more while the step's allowance
+lasts. The caller retries later and finds the finished units cached. Outside (compile workers, accept_token, direct users of the matchers) a checkpoint does
+nothing."""
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+class MaskPending(Exception):
+    """The row needs more work than the allowance leaves; the work done so far stays cached."""
+
+
+@dataclass
+class Allowance:
+    deadline: float      # time.perf_counter() past which no row starts a second unit
+    num_units: int = 0   # units started inside the current allowing() block
+
+    @classmethod
+    def of(cls, seconds: float) -> "Allowance":
+        return cls(time.perf_counter() + seconds)
+
+
+_local = threading.local()
+
+
+@contextmanager
+def allowing(allowance: Allowance) -> Iterator[None]:
+    """Bound by `allowance` the mask work done on this thread inside the block: one unit, and
+    more until the deadline."""
+    outer = getattr(_local, "allowance", None)
+    allowance.num_units = 0
+    _local.allowance = allowance
+    try:
+        yield
+    finally:
+        _local.allowance = outer
+
+
+def checkpoint() -> None:
+    """Call before a unit of mask work: raises MaskPending when the allowance is spent."""
+    allowance = getattr(_local, "allowance", None)
+    if allowance is None:
+        return
+    if allowance.num_units and time.perf_counter() > allowance.deadline:
+        raise MaskPending
+    allowance.num_units += 1
