@@ -25,7 +25,8 @@ class LazyByteDFA:
     start = 1
     dead = 0
     complete = False  # the table holds only the states built so far (see ByteDFA.complete)
-    generation = 0    # counts the times states were added (the builder may then have moved its arrays)
+    generation = 0    # counts the times states were added
+    moves = 0         # counts the times the builder's arrays moved (they grew)
 
     def __init__(self, nfa: ByteNFA, order: tuple[int, ...] = ()):
         self.nfa = nfa
@@ -34,8 +35,8 @@ class LazyByteDFA:
         self._handle = new_builder(self._lib, nfa)
         if not self._handle:
             raise MemoryError("out of memory for a regex's DFA")
-        self._views: tuple[np.ndarray, ...] | None = None
-        self._count = 0
+        self._views: tuple[np.ndarray, ...] | None = None  # over the capacity, not only the states
+        self._count = self._capacity = 0
         for state in order:
             self._check(self._lib.byte_dfa_expand(self._handle, state))
         self._expanded()
@@ -47,19 +48,20 @@ class LazyByteDFA:
             self._handle = None
 
     def __reduce__(self):
-        return LazyByteDFA, (self.nfa, tuple(self._arrays()[4].tolist()))
+        order = builder_arrays(self._lib, self._handle, self.nfa.num_classes, self._count)[4]
+        return LazyByteDFA, (self.nfa, tuple(order.tolist()))
 
     @property
     def trans(self) -> np.ndarray:
-        return self._arrays()[0]
+        return self._arrays()[0][:self._count]
 
     @property
     def final(self) -> np.ndarray:
-        return self._arrays()[1]
+        return self._arrays()[1][:self._count]
 
     @property
     def distance(self) -> np.ndarray:
-        return self._arrays()[2]
+        return self._arrays()[2][:self._count]
 
     def prepare(self, state: int, depth: int) -> None:
         """Build every state within `depth` bytes of `state`."""
@@ -83,7 +85,7 @@ class LazyByteDFA:
         classes = self.classes
         trans, _, _, expanded, _ = self._arrays()
         for b in data:
-            if not expanded[state]:
+            if not expanded.item(state):
                 self._check(self._lib.byte_dfa_expand(self._handle, state))
                 self._expanded()
                 trans, _, _, expanded, _ = self._arrays()
@@ -91,18 +93,23 @@ class LazyByteDFA:
         return state
 
     def _expanded(self) -> None:
-        """After expansions: the views are read again (rows were filled, arrays maybe moved),
-        and where states were added, the generation moves on."""
-        self._views = None
+        """After expansions: where states were added the generation moves on, and where the
+        arrays grew (they moved) the views are read again. Rows filled in place show through
+        the views as they are."""
         count = self._lib.byte_dfa_states(self._handle)
         if count != self._count:
             self._count = count
             self.generation += 1
+            capacity = self._lib.byte_dfa_capacity(self._handle)
+            if capacity != self._capacity:
+                self._capacity, self._views = capacity, None
+                self.moves += 1
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
-        """(trans, final, distance, expanded, expansion order): views of the builder's arrays."""
+        """(trans, final, distance, expanded, expansion order): views of the builder's arrays
+        over their capacity (states past the count hold nothing yet)."""
         if self._views is None:
-            self._views = builder_arrays(self._lib, self._handle, self.nfa.num_classes)
+            self._views = builder_arrays(self._lib, self._handle, self.nfa.num_classes, self._capacity)
         return self._views
 
     @staticmethod

@@ -65,6 +65,8 @@ def mask_library() -> ctypes.CDLL | None:
         lib.byte_dfa_expand_all.restype = i32
         lib.byte_dfa_states.argtypes = [p]
         lib.byte_dfa_states.restype = i32
+        lib.byte_dfa_capacity.argtypes = [p]
+        lib.byte_dfa_capacity.restype = i32
         lib.byte_dfa_arrays.argtypes = [p, p, p, p, p, p]
         lib.byte_dfa_arrays.restype = i32
         lib.byte_dfa_expand.argtypes = [p, i32]
@@ -93,6 +95,7 @@ class ByteDFA:
 
     complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
     generation = 0   # the table never changes (a lazy DFA's count the times it grew)
+    moves = 0        # nor moves (a lazy DFA's count the times its arrays moved)
 
     def reaches(self, state: int, ok: np.ndarray) -> bool:
         """Whether reading only bytes b with ok[b] (bool [256]) leads from `state` to an
@@ -182,7 +185,7 @@ def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
         n = lib.byte_dfa_expand_all(handle)
         if n < 0:
             return None
-        trans, final, dist, _, _ = builder_arrays(lib, handle, nfa.num_classes)
+        trans, final, dist, _, _ = builder_arrays(lib, handle, nfa.num_classes, n)
         table = np.where(trans[1:], trans[1:] - 1, n - 1).astype(np.int32)
         table = np.concatenate([table, np.full((1, nfa.num_classes), n - 1, dtype=np.int32)])
         final = np.concatenate([final[1:], [False]])
@@ -203,10 +206,10 @@ def new_builder(lib: ctypes.CDLL, nfa: ByteNFA) -> int | None:
                             MAX_DFA_STATES)
 
 
-def builder_arrays(lib: ctypes.CDLL, handle: int, num_classes: int) -> tuple[np.ndarray, ...]:
+def builder_arrays(lib: ctypes.CDLL, handle: int, num_classes: int, n: int) -> tuple[np.ndarray, ...]:
     """Views of a builder's (trans [n, C], final [n], distance [n], expanded [n], the expansion
-    order), state 0 dead; valid until its next expansion (they do not own the memory)."""
-    n = lib.byte_dfa_states(handle)
+    order), state 0 dead, n at most its capacity; valid while the capacity stays (they do not
+    own the memory)."""
     ptrs = [ctypes.c_void_p() for _ in range(5)]
     n_order = lib.byte_dfa_arrays(handle, *map(ctypes.byref, ptrs))
     shapes = [((n, num_classes), np.int32), (n, np.bool_), (n, np.int64), (n, np.bool_), (n_order, np.int32)]
@@ -462,8 +465,10 @@ def _as_loops(states: np.ndarray, pures: list[tuple[np.ndarray, int]], limits: n
                  (len(pures), _ptr(states), _ptr(pointers), _ptr(limits)), base_row, base_args, base_classes)
 
 
-# What a TokenIndex reads from its DFA's arrays (addresses and copies) and keeps.
-_DFA_READS = ("_static_args", "_loop_scratch", "_distance_or_dead")
+# What a TokenIndex reads from its DFA's arrays and keeps: addresses (stale once the arrays move)
+# and copies (stale once states are added).
+_DFA_ADDRESSES = ("_static_args", "_loop_scratch")
+_DFA_COPIES = ("_distance_or_dead",)
 NO_LOOPS = _as_loops(np.zeros(0, dtype=np.int32), [], np.zeros(0, dtype=np.int32))
 
 
@@ -491,12 +496,15 @@ class TokenIndex:
         self._check_generation()
 
     def _check_generation(self) -> None:
-        """Forget what was read from the DFA's arrays if it grew since (a matcher's step may
+        """Forget what was read from the DFA's arrays where it grew since (a matcher's step may
         grow it too, between walks)."""
-        if self.__dict__.get("_dfa_generation", 0) != self.dfa.generation:
-            for name in _DFA_READS:
+        seen = self.__dict__.get("_dfa_generation", (0, 0))
+        now = (self.dfa.generation, self.dfa.moves)
+        if seen != now:
+            stale = _DFA_COPIES + (_DFA_ADDRESSES if seen[1] != now[1] else ())
+            for name in stale:
                 self.__dict__.pop(name, None)
-            self._dfa_generation = self.dfa.generation
+            self._dfa_generation = now
 
     @cached_property
     def node_class(self) -> np.ndarray:

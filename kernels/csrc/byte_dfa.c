@@ -343,7 +343,12 @@ int32_t byte_dfa_states(void *handle) {
     return ((Builder *)handle)->n_states;
 }
 
-/* The builder's arrays, valid until the next expansion: trans, final, dist, expanded, order
+/* The states the arrays hold room for: they move only when this grows. */
+int32_t byte_dfa_capacity(void *handle) {
+    return ((Builder *)handle)->cap_states;
+}
+
+/* The builder's arrays, valid while the capacity stays: trans, final, dist, expanded, order
    (n_order entries, returned). */
 int32_t byte_dfa_arrays(void *handle, int32_t **trans, uint8_t **final, int64_t **dist, uint8_t **expanded,
                         int32_t **order) {
