@@ -1,7 +1,8 @@
 """JSON Schema → regex, exact where it can be and loud where it can't.
 
     regex, relaxed = schema_to_regex(schema, whitespace_pattern=None, lenient=False)
-    info = compile_json_schema(schema, ...)      # .regex, .relaxed, .narrowed
+    info = compile_json_schema(schema, ...)      # .regex, .relaxed, .narrowed, .unique_items
+    rules = compile_json_schema_rules(schema, ...)  # the grammar path's form (json_schema_cfg)
 
 The regex matches one JSON text (no leading/trailing whitespace) and is written in the dialect that
 both Python `re` and the Rust `regex` crate (outlines-core) read: no lookaround, backreferences,
@@ -9,79 +10,15 @@ named groups or `\\d`/`\\w`/`\\s`; non-ASCII written as `\\uXXXX`/`\\UXXXXXXXX`;
 kept shallow.
 
 Soundness first: every text the regex accepts parses (Python `json`) to an instance the schema
-accepts (`jsonschema`, formats checked). Completeness is best effort; left out on purpose:
-
-- Objects: properties come in the order of `properties`, then required names that `properties`
-  lacks (their values follow `additionalProperties`), then additional properties. Without
-  `additionalProperties`, an object with `properties` or `required` admits no other keys, as
-  vLLM/outlines do (structured output wants the schema's fields only; listed in `narrowed`); an
-  object schema with neither admits any keys. With open_objects=True (JSON Schema semantics, what
-  conformance suites check), such objects admit other keys too, other keys may come before,
-  between and after the declared ones, and up to ORDERLESS_MAX declared ones come in any order
-  (the grammar path, see _interleaved). Additional keys never spell a declared name (the key regex
-  excludes every spelling, escapes included), and no key repeats a declared one.
-- Numbers: integers without fraction or exponent, and zero never as "-0". Numbers with bounds
-  are written without an exponent; next to an exclusive bound (or an integer bound beyond 2^53)
-  the fraction has at most 14 - floor(log10|bound|) digits (20 for a bound of 0), so that a float
-  parse can never round onto the bound. Unbounded numbers take the full JSON syntax.
-  multipleOf (the least common multiple of all that apply): exact, without an exponent
-  (json_numbers.multiples_regex), where its regex stays small (a step whose numerator has only
-  the prime factors 2 and 5, or at most 1000 multiples in the range); otherwise unsupported.
-- Strings: see json_strings (escapes) and json_patterns (patterns: the intersection of ECMA-262 and
-  Python `re` semantics). Formats: see json_formats.
-- Unconstrained values (`{}`, `true`, untyped required names) match any JSON value nested at most
-  ANY_VALUE_DEPTH (2) containers deep, and the contents of an unconstrained container (no `items`,
-  object without properties) one level less; always listed in `relaxed` ("any value at /x ...").
-- Upper bounds above the caps (STRING_LENGTH_CAP for `maxLength` and pattern repetitions,
-  ITEMS_CAP for `maxItems`) are lowered to the cap, and a pattern whose length can't be bounded
-  exactly has its repetitions bounded to fit `maxLength`: subsets, listed in `narrowed`. Lower
-  bounds above MAX_MIN_BOUND raise GrammarError.
-- `oneOf` is exact when its branches are provably disjoint (types, `const`/`enum` values, numeric
-  ranges, string patterns with different first characters, a required property with disjoint
-  values, `additionalProperties: false` against the other branch's required key, a property one
-  branch forbids and the other requires); otherwise each branch is conjoined with the negation of
-  the branches that may overlap it (json_schema_neg). Where a negation is partial (a keyword such
-  as `pattern` has no positive negation) the result is a subset, listed in `narrowed`; where none
-  is possible strict mode raises GrammarError and lenient mode compiles it as `anyOf`, listed in
-  `relaxed` (an approximation that may accept an invalid instance).
-- `enum`/`const` beside any other keywords: each value is evaluated exactly (json_schema_eval), so
-  `not`, `oneOf`, `multipleOf`, `if`, ... beside an enum always compile when decidable.
-- `not`, `if`/`then`/`else` and `dependentRequired`/`dependentSchemas`/`dependencies` are rewritten
-  into alternatives with exact negations (types, values of null/boolean/string, required,
-  bounds, properties whose negation is positive); others raise GrammarError (relaxed if lenient).
-- `patternProperties`: a key matching a pattern takes its schema (declared names take the schemas
-  of the patterns they match); patterns must be provably disjoint or carry the same schema, and a
-  pattern matching a declared name must match every name. Keys matching no pattern are admitted
-  only where additionalProperties allows them and a pattern takes every key; otherwise they are
-  left out (narrowed unless additionalProperties is false), as objects with `properties` are.
-- `format`s outside the JSON Schema vocabularies (semver, int32, ...) are annotations, as
-  validators treat them: not enforced, listed in `relaxed`.
-
-Whitespace: `whitespace_pattern` (a regex) goes between all tokens. The default: after "{", "[",
-"," and before "}", "]" one space/tab or a newline plus up to 4 spaces/tabs per open container
-(INDENT_MAX 24 at most); around ":" and before "," one space/tab at most. Compact output,
-`json.dumps(x)` and `json.dumps(x, indent=2|4|"\\t")` match to a nesting depth of 6; nothing loops.
-
-Supported: type, enum, const, minimum, maximum, exclusiveMinimum/exclusiveMaximum (numbers and
-draft-4 booleans), minLength, maxLength, pattern, format (date, time, date-time, email, idn-email,
-uuid, uri, uri-reference, iri, iri-reference, ipv4, ipv6, hostname, json-pointer,
-relative-json-pointer, duration; non-standard names ignored), properties, patternProperties,
-required, additionalProperties, propertyNames (for maps), minProperties/maxProperties when implied
-or "at least one", dependentRequired, dependentSchemas, dependencies, items, prefixItems, draft-7
-items arrays + additionalItems, minItems, maxItems, uniqueItems (small finite item sets, tuples of
-disjoint positions, maxItems <= 1; other scalar items are listed in `unique_items` and kept by the
-matcher, json_unique), allOf (merged into one schema, never concatenated), anyOf and
-oneOf (distributed over their siblings), not and if/then/else (see above), $ref ("#", JSON
-pointers with ~0 ~1 and %-escapes, definitions, $anchor, the root $id, embedded resources' $id;
-siblings merged). Any keyword beside an enum/const that evaluates every value.
-Annotations (title, description, default, examples, $comment, readOnly, ...) and unknown keywords
-are ignored. Unsupported keywords (multipleOf with a large regex, contains, unevaluated*, $dynamicRef, JSON Schema
-formats without a pattern, negations without a positive form, ...) raise GrammarError
-"unsupported keyword 'k' at /pointer"; with lenient=True they are dropped and listed in `relaxed`
-("k at /pointer"). Remote refs raise GrammarError in both modes; recursive schemas raise
-RecursiveSchemaError here and regexes longer than max_regex_chars RegexTooLargeError, and
-compile_json_schema_rules compiles both for the grammar path (json_schema_cfg), where every
-subschema whose regex is RULE_MIN_CHARS long or more becomes a rule.
+accepts (`jsonschema`, formats checked). Where the regex is stricter than the schema (a bound
+lowered to a cap, objects closed to their declared keys, declared keys in schema order) it says so
+in `narrowed`; what lenient mode drops, or approximates, is in `relaxed`. A keyword that cannot be
+enforced exactly raises GrammarError naming it and its JSON pointer (strict mode). Recursive
+schemas raise RecursiveSchemaError and regexes past MAX_REGEX_CHARS / MAX_EXPANDED_SIZE
+RegexTooLargeError; compile_json_schema_rules compiles both for the grammar path, where every
+subschema whose regex is RULE_MIN_CHARS long or more becomes a rule. The keyword-by-keyword
+contract is docs/guided-decoding.md's; normalization ($ref, allOf, anyOf/oneOf) is in
+json_schema_norm, negation in json_schema_neg, enum evaluation in json_schema_eval.
 """
 
 from __future__ import annotations
@@ -166,7 +103,8 @@ class JsonSchemaRegex:
 def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
                     lenient: bool = False, *, open_objects: bool = False,
                     max_regex_chars: int = MAX_REGEX_CHARS) -> tuple[str, list[str]]:
-    """Compile a JSON Schema to (regex, relaxed). See the module docstring for the exact contract."""
+    """Compile a JSON Schema to (regex, relaxed). The contract, keyword by keyword, is in
+    docs/guided-decoding.md."""
     r = compile_json_schema(schema, whitespace_pattern, lenient, open_objects=open_objects,
                             max_regex_chars=max_regex_chars)
     return r.regex, r.relaxed
@@ -179,7 +117,8 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     unsupported or unsatisfiable schema; RegexTooLargeError for a regex longer than max_regex_chars
     or expanding past MAX_EXPANDED_SIZE (outlines-core would take tens of seconds and gigabytes to
     index it; such schemas want a grammar instead); RecursiveSchemaError for a $ref cycle.
-    open_objects: objects admit undeclared keys wherever the schema does (see the module docstring)."""
+    open_objects: objects admit undeclared keys wherever the schema does (docs/guided-decoding.md,
+    "Objects")."""
     schema, ws_inline, ws_break = _prepare(schema, whitespace_pattern)
     c = _Compiler(schema, ws_inline, ws_break, lenient, open_objects=open_objects)
     c.max_regex_chars = max_regex_chars

@@ -3,8 +3,8 @@ import torch
 
 from gdserve.kernels.triton import use_triton
 
-# Rows up to which the Triton kernel beats torch._scaled_mm's row-wise kernel (an H200, Llama-3-8B
-# shapes, session 28: 1.3-1.6x up to 128 rows, none from 192: scripts/fp8_gemm_gpu.py).
+# Rows up to which the Triton kernel beats torch._scaled_mm's row-wise kernel on an H200 at
+# Llama-3-8B's shapes (scripts/fp8_gemm_gpu.py; figures in docs/benchmarks.md).
 TRITON_MAX_ROWS = 128
 
 
