@@ -39,25 +39,26 @@ def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContext
     live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
     rows, words, parked = [], [], []
     done = 0
-    try:
-        for i, seq in live:
-            _add_row(i, seq, allowance, rows, words, parked)
-            done += 1
-        return rows, words, parked
-    except Exception as error:  # noqa: BLE001 (contained by the failed sequence's guard)
-        with guard(live[done][1]):
-            raise error
-    for i, seq in live[done + 1:]:
-        with guard(seq):
-            _add_row(i, seq, allowance, rows, words, parked)
+    with allowing(allowance):
+        try:
+            for i, seq in live:
+                _add_row(i, seq, allowance, rows, words, parked)
+                done += 1
+            return rows, words, parked
+        except Exception as error:  # noqa: BLE001 (contained by the failed sequence's guard)
+            with guard(live[done][1]):
+                raise error
+        for i, seq in live[done + 1:]:
+            with guard(seq):
+                _add_row(i, seq, allowance, rows, words, parked)
     return rows, words, parked
 
 
 def _add_row(i: int, seq: Sequence, allowance: Allowance, rows: list[int], words: list[torch.Tensor],
              parked: list[Sequence]) -> None:
+    allowance.next_row()
     try:
-        with allowing(allowance):
-            words.append(seq.matcher.next_token_row(_budget(seq)))
+        words.append(seq.matcher.next_token_row(_budget(seq)))
         rows.append(i)
     except MaskPending:
         parked.append(seq)
@@ -120,6 +121,7 @@ class GuidedDecoder:
     def is_terminated(self, seq: Sequence) -> bool:
         """Whether seq's constraint is complete with only EOS to follow; False while that is not
         known within the step's allowance (its next row then holds only EOS)."""
+        self._allowance.next_row()
         with allowing(self._allowance):
             try:
                 return seq.matcher.is_terminated()
