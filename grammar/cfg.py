@@ -28,7 +28,7 @@ from gdserve.grammar.cfg_parser import LalrParser, Stack
 from gdserve.grammar.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
-from gdserve.kernels.bitmask import bitmask_width
+from gdserve.kernels.bitmask import empty_words, set_bits
 
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
@@ -244,7 +244,7 @@ class CfgGrammar:
         only_eos = accepting and not words.any()
         if accepting:
             ids = self._eos_array
-            np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+            set_bits(words, ids)
         return CfgMask(torch.from_numpy(words.view(np.int32)), accepting, only_eos)
 
     @cached_property
@@ -254,9 +254,9 @@ class CfgGrammar:
 
     @cached_property
     def eos_row(self) -> torch.Tensor:
-        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        words = empty_words(self.vocab_size)
         ids = self._eos_array
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
     # ---- steering to completion ------------------------------------------------------------
@@ -289,10 +289,10 @@ class CfgGrammar:
         ids = prefix_tokens(self, path)
         if not len(ids) and not full.accepting:
             return full.row
-        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        words = empty_words(self.vocab_size)
         if full.accepting:
             ids = np.concatenate([ids, self._eos_array])
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
     def token_data(self, token_id: int) -> bytes | None:

@@ -27,7 +27,7 @@ from outlines_core import Index, Vocabulary
 from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
-from gdserve.kernels.bitmask import pack_words
+from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits
 
 BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
@@ -284,12 +284,11 @@ class TokenTrie:
         (shared by the tokenizer's grammars)."""
         out = self._first_words.get(vocab_size)
         if out is None:
-            out = np.zeros((256, (vocab_size + 31) // 32), dtype=np.uint32)
+            out = np.zeros((256, bitmask_width(vocab_size)), dtype=np.uint32)
             starts = np.flatnonzero(self.depth == 1)
             for node, first in zip(starts.tolist(), self.byte[starts].tolist()):
                 ids = self.tok_ids[self.tok_ptr[node]:self.tok_ptr[self.skip[node]]]
-                ids = ids[ids < vocab_size].astype(np.int64)
-                np.bitwise_or.at(out[first], ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+                set_bits(out[first], ids[ids < vocab_size])
             self._first_words[vocab_size] = out
         return out
 
@@ -614,12 +613,12 @@ class TokenIndex:
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
         self.prepare(state)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         lib = mask_library()
         if lib is None:
             allowed = self.allowed_tokens(state)
             allowed = allowed[allowed < vocab_size]
-            np.bitwise_or.at(words, allowed >> 5, np.uint32(1) << (allowed & 31).astype(np.uint32))
+            set_bits(words, allowed)
             return words, len(allowed)
         count = self._walk_native(lib, state, vocab_size, words, None)
         return words, count
@@ -628,7 +627,7 @@ class TokenIndex:
         """One walk of the trie from `state`: (uint32 packed allowed tokens below vocab_size,
         int32 [N] each trie node's DFA state, dead where the walk died or never went)."""
         self.prepare(state)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         lib = mask_library()
         if lib is not None:
             node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
@@ -637,7 +636,7 @@ class TokenIndex:
         node_state = self._node_states(state)
         node = self.trie.token_node[:vocab_size]
         ids = np.flatnonzero((node >= 0) & (node_state[node] != self.dfa.dead))
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return words, node_state
 
     def crossings_walk(self, state: int, vocab_size: int, accept: np.ndarray,
@@ -657,7 +656,7 @@ class TokenIndex:
             keep = (terms >= 0) & (split | (node_state == dead))
             nodes = np.flatnonzero(keep)
             return words, nodes.astype(np.int32), terms[keep].astype(np.int32)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         self._walk_native(lib, state, vocab_size, words, None, (np.ascontiguousarray(accept, dtype=np.int32), split))
         return (words, *self._crossings())
 
@@ -672,7 +671,7 @@ class TokenIndex:
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
         accept = np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         stack, nodes, terms, count, _ = self._scratch[1]
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         lib.walk_token_subtrees(
@@ -708,7 +707,7 @@ class TokenIndex:
         loops = self.loops(state)
         node_state = self._node_state_scratch
         node_state.fill(self.dfa.dead)  # its last entry stands for the tokens without bytes
-        self._walk_native(lib, state, self.trie.size, np.zeros((self.trie.size + 31) // 32, dtype=np.uint32),
+        self._walk_native(lib, state, self.trie.size, empty_words(self.trie.size),
                           node_state, loops=loops)
         lengths, most, by_length = None, 0, None
         if loops.base_row is not None:
@@ -743,7 +742,7 @@ class TokenIndex:
         node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
         lib = mask_library()
         if lib is not None:
-            words = np.zeros((self.trie.size + 31) // 32, dtype=np.uint32)
+            words = empty_words(self.trie.size)
             self._walk_native(lib, state, self.trie.size, words, node_state)
             return node_state
         trans, node_class = self.dfa.trans, self.node_class
