@@ -21,6 +21,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg_complete import prefix_tokens, shortest_completion, shortest_spelling
 from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
@@ -92,17 +93,15 @@ class CfgGrammar:
         return Lexer(self.spec, self.terminal_dfas)
 
     @cached_property
-    def _starts(self) -> dict[Stack, int]:
-        return {}
+    def _starts(self) -> BoundedCache[Stack, int]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     def start_of(self, stack: Stack) -> int:
         """The lexer's start state for the terminals this stack can take (and the ignored)."""
         start = self._starts.get(stack)
         if start is None:
-            if len(self._starts) > MAX_CACHED_MASKS:
-                self._starts.clear()
             candidates = self.parser.acceptable(stack) | self.spec.ignore
-            start = self._starts[stack] = self.lexer.start(candidates)
+            start = self._starts.put(stack, self.lexer.start(candidates))
         return start
 
     def step(self, stack: Stack, terminal: int) -> tuple[Stack, ...]:
@@ -168,12 +167,12 @@ class CfgGrammar:
         return {}
 
     @cached_property
-    def _masks(self) -> dict[CfgStates, CfgMask]:
-        return {}
+    def _masks(self) -> BoundedCache[CfgStates, CfgMask]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     @cached_property
-    def _words(self) -> dict[CfgState, np.ndarray]:
-        return {}
+    def _words(self) -> BoundedCache[CfgState, np.ndarray]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     @cached_property
     def _shared_roots(self) -> dict[tuple[int, int], Expansion]:
@@ -199,9 +198,7 @@ class CfgGrammar:
         """uint32 [W]: the real tokens allowed in a configuration (no EOS)."""
         words = self._words.get(config)
         if words is None:
-            if len(self._words) > MAX_CACHED_MASKS:
-                self._words.clear()
-            words = self._words[config] = self._build_words(config)
+            words = self._words.put(config, self._build_words(config))
         return words
 
     def _build_words(self, config: CfgState) -> np.ndarray:
@@ -230,9 +227,7 @@ class CfgGrammar:
     def state_mask(self, states: CfgStates) -> CfgMask:
         mask = self._masks.get(states)
         if mask is None:
-            if len(self._masks) > MAX_CACHED_MASKS:
-                self._masks.clear()
-            mask = self._masks[states] = self._build_mask(states)
+            mask = self._masks.put(states, self._build_mask(states))
         return mask
 
     def _build_mask(self, states: CfgStates) -> CfgMask:
@@ -265,15 +260,13 @@ class CfgGrammar:
         return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
 
     @cached_property
-    def _completions(self) -> dict[CfgStates, bytes | None]:
-        return {}
+    def _completions(self) -> BoundedCache[CfgStates, bytes | None]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
-            if len(self._completions) > MAX_CACHED_MASKS:
-                self._completions.clear()
-            self._completions[state] = shortest_completion(self, state)
+            self._completions.put(state, shortest_completion(self, state))
         return self._completions[state]
 
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:

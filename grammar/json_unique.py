@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg import CfgGrammar
 from gdserve.grammar.json_unique_paths import Path, unique_array_paths
 from gdserve.grammar.json_unique_scan import Scan, Scanner, decoded_prefix, items_read, path_matcher
@@ -125,7 +126,8 @@ class UniqueItemsMatcher:
         self.trie: TokenTrie = grammar.base.trie if self.walk.cfg else grammar.base.index.trie
         self.tables = _VocabTables.of(self.trie)
         self._scans: list[Scan] = [Scan()]
-        self._viability: dict[tuple, bool] = {}  # (state, scan, budget) -> _search's answer
+        # (state, scan, budget) -> _search's answer
+        self._viability: BoundedCache[tuple, bool] = BoundedCache(MAX_CACHED_VIABILITY)
 
     # ---- the grammar contract ------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -206,9 +208,7 @@ class UniqueItemsMatcher:
         key = (state, scan, budget)
         found = self._viability.get(key)
         if found is None:
-            if len(self._viability) >= MAX_CACHED_VIABILITY:
-                self._viability.clear()
-            found = self._viability[key] = self._search(scan, state, budget)
+            found = self._viability.put(key, self._search(scan, state, budget))
         return found
 
     def _search(self, start: Scan, state, budget: int | None) -> bool:

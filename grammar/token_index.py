@@ -24,6 +24,7 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
@@ -264,9 +265,12 @@ class TokenTrie:
     token_node: np.ndarray  # int32 [V]: where each token id ends; -1 for none (special, EOS)
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
-    _pure: dict[bytes, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
-    _pure_tokens: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
-    _pure_rows: dict[tuple[bytes, int, int], tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
+    _pure: BoundedCache[bytes, tuple[np.ndarray, int]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_LOOPS), repr=False)
+    _pure_tokens: BoundedCache[bytes, np.ndarray] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_LOOPS), repr=False)
+    _pure_rows: BoundedCache[tuple[bytes, int, int], tuple[np.ndarray, int]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_PURE_ROWS), repr=False)
     _first_words: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
@@ -298,13 +302,11 @@ class TokenTrie:
         strings' few character sets)."""
         pure = self._pure.get(loop)
         if pure is None:
-            if len(self._pure) >= MAX_CACHED_LOOPS:
-                self._pure.clear()
             inside = _unpack_set(loop)
             outside = np.concatenate([[0], np.cumsum(~inside[self.byte], dtype=np.int32)])
             nodes = np.arange(len(self.byte))
             array = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
-            pure = self._pure[loop] = (array, _ptr(array))
+            pure = self._pure.put(loop, (array, _ptr(array)))
         return pure
 
     def pure_row(self, loop: bytes, max_len: int, vocab_size: int) -> tuple[np.ndarray, int]:
@@ -315,10 +317,8 @@ class TokenTrie:
         key = (loop, max_len, vocab_size)
         row = self._pure_rows.get(key)
         if row is None:
-            if len(self._pure_rows) >= MAX_CACHED_PURE_ROWS:
-                self._pure_rows.clear()
             keep = self.pure_lengths(loop)[:vocab_size] <= max_len
-            row = self._pure_rows[key] = (pack_words(keep, vocab_size), int(keep.sum()))
+            row = self._pure_rows.put(key, (pack_words(keep, vocab_size), int(keep.sum())))
         return row
 
     def pure_lengths(self, loop: bytes) -> np.ndarray:
@@ -326,14 +326,12 @@ class TokenTrie:
         max_len reaches (tokens without bytes included); cached per byte set."""
         lengths = self._pure_tokens.get(loop)
         if lengths is None:
-            if len(self._pure_tokens) >= MAX_CACHED_LOOPS:
-                self._pure_tokens.clear()
             inside = _unpack_set(loop)
             data = np.frombuffer(self.token_data, dtype=np.uint8)
             outside = np.concatenate([[0], np.cumsum(~inside[data], dtype=np.int64)])
             lengths = np.diff(self.offsets)
             pure = (outside[self.offsets[1:]] == outside[self.offsets[:-1]]) & (lengths > 0) & (self.token_node >= 0)
-            lengths = self._pure_tokens[loop] = np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32)
+            lengths = self._pure_tokens.put(loop, np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32))
         return lengths
 
     @cached_property
@@ -511,8 +509,8 @@ class TokenIndex:
         return _ptr(self._class_bytes)
 
     @cached_property
-    def _loops(self) -> dict[int, Loops]:
-        return {}
+    def _loops(self) -> BoundedCache[int, Loops]:
+        return BoundedCache(MAX_CACHED_LOOP_STATES)
 
     @cached_property
     def _scratch(self) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
@@ -538,11 +536,8 @@ class TokenIndex:
         out = self._loops.get(state)
         if out is None:
             self.prepare(state)
-            if len(self._loops) > MAX_CACHED_LOOP_STATES:
-                self._loops.clear()
             n, base = self._find_loops(state, accept, split)
-            out = self._based_loops(*base) if base else self._loop_table(n)
-            self._loops[state] = out
+            out = self._loops.put(state, self._based_loops(*base) if base else self._loop_table(n))
         return out
 
     def _find_loops(self, state: int, accept: np.ndarray | None, split: bool) -> tuple[int, tuple | None]:
@@ -566,14 +561,12 @@ class TokenIndex:
             return out
         table = self._tables.get(state)
         if table is None:
-            if len(self._tables) > MAX_CACHED_LOOP_STATES:
-                self._tables.clear()
-            table = self._tables[state] = self._loop_table(self._find_loops(state, accept, split)[0])
+            table = self._tables.put(state, self._loop_table(self._find_loops(state, accept, split)[0]))
         return table
 
     @cached_property
-    def _tables(self) -> dict[int, Loops]:
-        return {}
+    def _tables(self) -> BoundedCache[int, Loops]:
+        return BoundedCache(MAX_CACHED_LOOP_STATES)
 
     def _based_loops(self, byte_set: bytes, most: int, walk_len: int) -> Loops:
         """The Loops of a walk from a state with a base row (no loop table), shared by the
