@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     add_throughput_parser(bench)
     from gdserve.bench.maskbench import add_maskbench_parser; add_maskbench_parser(bench)  # noqa: E702
     from gdserve.bench.serve import add_serve_bench_parser; add_serve_bench_parser(bench)  # noqa: E702
-    from gdserve.bench.grammar import add_grammar_bench_parser; add_grammar_bench_parser(bench)  # noqa: E702
+    from gdserve.bench.lark_grammars import add_lark_bench_parser; add_lark_bench_parser(bench)  # noqa: E702
 
     args = parser.parse_args(argv)
     try:

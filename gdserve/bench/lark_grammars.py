@@ -181,7 +181,7 @@ def cmd_grammar(args: argparse.Namespace) -> None:
                                                 indent=1))
 
 
-def add_grammar_bench_parser(sub) -> None:
+def add_lark_bench_parser(sub) -> None:
     p = sub.add_parser("grammar", help="Lark grammar constraints: compile, mask fill and an exact "
                                        "oracle check, beside llguidance and xgrammar")
     p.add_argument("--model", default=DEFAULT_MODEL, help="whose tokenizer to use")
