@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg_complete import prefix_tokens, shortest_completion, shortest_spelling
 from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
@@ -29,7 +30,7 @@ from gdserve.grammar.cfg_parser import LalrParser, Stack
 from gdserve.grammar.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
-from gdserve.kernels.bitmask import bitmask_width
+from gdserve.kernels.bitmask import empty_words, set_bits
 
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
@@ -93,17 +94,15 @@ class CfgGrammar:
         return Lexer(self.spec, self.terminal_dfas)
 
     @cached_property
-    def _starts(self) -> dict[Stack, int]:
-        return {}
+    def _starts(self) -> BoundedCache[Stack, int]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     def start_of(self, stack: Stack) -> int:
         """The lexer's start state for the terminals this stack can take (and the ignored)."""
         start = self._starts.get(stack)
         if start is None:
-            if len(self._starts) > MAX_CACHED_MASKS:
-                self._starts.clear()
             candidates = self.parser.acceptable(stack) | self.spec.ignore
-            start = self._starts[stack] = self.lexer.start(candidates)
+            start = self._starts.put(stack, self.lexer.start(candidates))
         return start
 
     def step(self, stack: Stack, terminal: int) -> tuple[Stack, ...]:
@@ -169,12 +168,12 @@ class CfgGrammar:
         return {}
 
     @cached_property
-    def _masks(self) -> dict[CfgStates, CfgMask]:
-        return {}
+    def _masks(self) -> BoundedCache[CfgStates, CfgMask]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     @cached_property
-    def _words(self) -> dict[CfgState, np.ndarray]:
-        return {}
+    def _words(self) -> BoundedCache[CfgState, np.ndarray]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     @cached_property
     def _shared_roots(self) -> dict[tuple[int, int], Expansion]:
@@ -202,9 +201,7 @@ class CfgGrammar:
         words = self._words.get(config)
         if words is None:
             checkpoint()
-            if len(self._words) > MAX_CACHED_MASKS:
-                self._words.clear()
-            words = self._words[config] = self._build_words(config)
+            words = self._words.put(config, self._build_words(config))
         return words
 
     def _build_words(self, config: CfgState) -> np.ndarray:
@@ -234,9 +231,7 @@ class CfgGrammar:
     def state_mask(self, states: CfgStates) -> CfgMask:
         mask = self._masks.get(states)
         if mask is None:
-            if len(self._masks) > MAX_CACHED_MASKS:
-                self._masks.clear()
-            mask = self._masks[states] = self._build_mask(states)
+            mask = self._masks.put(states, self._build_mask(states))
         return mask
 
     def _build_mask(self, states: CfgStates) -> CfgMask:
@@ -248,7 +243,7 @@ class CfgGrammar:
         only_eos = accepting and not words.any()
         if accepting:
             ids = self._eos_array
-            np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+            set_bits(words, ids)
         return CfgMask(torch.from_numpy(words.view(np.int32)), accepting, only_eos)
 
     @cached_property
@@ -258,9 +253,9 @@ class CfgGrammar:
 
     @cached_property
     def eos_row(self) -> torch.Tensor:
-        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        words = empty_words(self.vocab_size)
         ids = self._eos_array
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
     # ---- steering to completion ------------------------------------------------------------
@@ -269,16 +264,14 @@ class CfgGrammar:
         return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
 
     @cached_property
-    def _completions(self) -> dict[CfgStates, bytes | None]:
-        return {}
+    def _completions(self) -> BoundedCache[CfgStates, bytes | None]:
+        return BoundedCache(MAX_CACHED_MASKS)
 
     def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
             checkpoint()
-            if len(self._completions) > MAX_CACHED_MASKS:
-                self._completions.clear()
-            self._completions[state] = shortest_completion(self, state)
+            self._completions.put(state, shortest_completion(self, state))
         return self._completions[state]
 
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
@@ -294,10 +287,10 @@ class CfgGrammar:
         ids = prefix_tokens(self, path)
         if not len(ids) and not full.accepting:
             return full.row
-        words = np.zeros(bitmask_width(self.vocab_size), dtype=np.uint32)
+        words = empty_words(self.vocab_size)
         if full.accepting:
             ids = np.concatenate([ids, self._eos_array])
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
     def token_data(self, token_id: int) -> bytes | None:

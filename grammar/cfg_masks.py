@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from gdserve.grammar.token_index import ByteDFA, TokenIndex, TokenTrie, mask_library
+from gdserve.kernels.bitmask import bitmask_width, set_bits
 
 
 @dataclass(eq=False)
@@ -53,7 +54,7 @@ class MaskStore:
 
     @property
     def width(self) -> int:
-        return (self.vocab_size + 31) // 32
+        return bitmask_width(self.vocab_size)
 
     @cached_property
     def _first_byte_words(self) -> np.ndarray:
@@ -111,7 +112,7 @@ class MaskStore:
                 break
         alive = state != dfa.dead
         words = np.zeros(self.width, dtype=np.uint32)
-        _set_bits(words, self._tokens_at(nodes[alive]))
+        set_bits(words, self._tokens_at(nodes[alive]))
         ends = np.flatnonzero((rel > 0) & (self.split | ~alive))
         prev = state[local_parent[ends]]
         emitted = np.where(prev != dfa.dead, accept[prev], -1)
@@ -132,7 +133,3 @@ def _by_terminal(nodes: np.ndarray, terms: np.ndarray) -> dict[int, Crossing]:
     """Crossing nodes grouped by the terminal emitted there."""
     return {int(term): Crossing(nodes[terms == term]) for term in np.unique(terms)}
 
-
-def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
-    ids = ids.astype(np.int64)
-    np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))

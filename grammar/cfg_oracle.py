@@ -135,6 +135,7 @@ def oracle_walk(grammar, oracle: LarkOracle, guides: list[list[int]], rng, steps
     most of the time and a random allowed token otherwise; a finished walk starts over."""
     import numpy as np
     from gdserve.grammar import allocate_token_bitmask
+    from gdserve.kernels.bitmask import unpack_words
     report, bitmask = WalkReport(), allocate_token_bitmask(1, grammar.vocab_size)
     eos = min(grammar.eos_token_ids)
     real = np.array([t for t in range(grammar.vocab_size) if grammar.token_data(t)])
@@ -147,8 +148,7 @@ def oracle_walk(grammar, oracle: LarkOracle, guides: list[list[int]], rng, steps
             matcher, ostate, text = grammar.matcher(), oracle.initial(), b""
             guide, at = rng.choice(guides), 0
         matcher.fill_next_token_bitmask(bitmask, 0)
-        bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
-        allowed = set(np.flatnonzero(bits[:grammar.vocab_size]).tolist())
+        allowed = set(np.flatnonzero(unpack_words(bitmask[0].numpy(), grammar.vocab_size)).tolist())
         report.steps += 1
         want = oracle.viable(ostate, b"", eos=True)
         if want is not None and want != (eos in allowed):

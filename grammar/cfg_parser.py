@@ -5,6 +5,7 @@ An exact spec's conflicts (lalr.py) are followed every way: a feed gives every s
 reach (most often one, none on a syntax error)."""
 from dataclasses import dataclass, field
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.lalr import END, Action
 from gdserve.grammar.lark_spec import CfgSpec
 
@@ -16,8 +17,10 @@ MAX_REDUCTIONS = 10_000  # reductions one feed may try (empty rules in a conflic
 @dataclass(eq=False)
 class LalrParser:
     spec: CfgSpec
-    _feeds: dict[tuple[Stack, str], tuple[Stack, ...]] = field(default_factory=dict, repr=False)
-    _acceptable: dict[Stack, frozenset[int]] = field(default_factory=dict, repr=False)  # by the top read
+    _feeds: BoundedCache[tuple[Stack, str], tuple[Stack, ...]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED), repr=False)
+    _acceptable: BoundedCache[Stack, frozenset[int]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED), repr=False)  # by the top read
     _read_depths: dict[int, set[int]] = field(default_factory=dict, repr=False)  # top state -> those tops' sizes
 
     @property
@@ -29,9 +32,7 @@ class LalrParser:
         key = (stack, terminal)
         out = self._feeds.get(key)
         if out is None:
-            if len(self._feeds) > MAX_CACHED:
-                self._feeds.clear()
-            out = self._feeds[key] = self._feed(stack, terminal)
+            out = self._feeds.put(key, self._feed(stack, terminal))
         return out
 
     def _actions(self, state: int, terminal: str) -> tuple[Action, ...]:
@@ -74,9 +75,7 @@ class LalrParser:
                 return out
         ids = self.spec.terminal_ids
         names, depth = self._shiftable(stack, [name for name in self.spec.actions[stack[-1]] if name in ids])
-        if len(self._acceptable) > MAX_CACHED:
-            self._acceptable.clear()
-        out = self._acceptable[stack[-depth:]] = frozenset(ids[name] for name in names)
+        out = self._acceptable.put(stack[-depth:], frozenset(ids[name] for name in names))
         self._read_depths.setdefault(stack[-1], set()).add(depth)
         return out
 

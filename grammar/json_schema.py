@@ -36,18 +36,16 @@ from gdserve.grammar.json_numbers import (Bound, common_multiple, decimal_range_
 from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
 from gdserve.grammar.json_schema_eval import pattern_test
 from gdserve.grammar.json_schema_neg import has_ref
-from gdserve.grammar.json_schema_norm import (
-    _TYPES,
-    Normalizer,
-    _Alts,
-    _esc,
-    _json_equal,
-    _unique_json,
-    _Node,
-    _show,
-    _Sub,
-    _value_types,
+from gdserve.grammar.json_schema_model import (
+    INSTANCE_TYPES,
+    Alternatives,
+    MergedSchema,
+    Subschema,
+    pointer_token,
+    show_pointer,
 )
+from gdserve.grammar.json_schema_norm import Normalizer
+from gdserve.grammar.json_values import instance_types, json_equal, unique_json
 from gdserve.grammar.json_keys import key_placeholder, key_regex
 from gdserve.grammar.json_strings import (
     CHAR,
@@ -85,7 +83,7 @@ DEFAULT_WS_BREAK = r"(?:[ \t]?|\n[ \t]{0,24})"  # the deepest form
 DEFAULT_WS_INLINE = r"[ \t]?"
 
 _STRING_SCHEMA = {"type": "string"}
-_SCALAR_TYPES = {"string", "integer", "fraction", "boolean", "null"}  # json_schema_norm._TYPES
+_SCALAR_TYPES = {"string", "integer", "fraction", "boolean", "null"}  # json_schema_model.INSTANCE_TYPES
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _INTEGER = r"(?:0|-?[1-9][0-9]*)"
 _ANY_STRING = f'"{CHAR}*"'
@@ -183,11 +181,11 @@ class _Rules:
     by_body: dict[str, str] = field(default_factory=dict)  # a large subschema's regex -> its rule
 
 
-def _open_object_error(n: _Node) -> RecursiveSchemaError:
+def _open_object_error(n: MergedSchema) -> RecursiveSchemaError:
     """Undeclared members anywhere among the declared ones: a regex repeats them at each position
     (with a bounded any-value: DFAs of 10^4-10^5 states); the grammar path writes them once,
     values exact at any depth."""
-    return RecursiveSchemaError(f"object at {_show(n.ptr)} admits undeclared keys among its declared "
+    return RecursiveSchemaError(f"object at {show_pointer(n.ptr)} admits undeclared keys among its declared "
                                 "ones (open_objects): a grammar")
 
 
@@ -249,17 +247,17 @@ class _Compiler(Normalizer):
     # ----------------------------------------------------------------------------- compiling
 
     def compile_root(self) -> str:
-        rx = self.compile([_Sub(self.root, "", frozenset())])
+        rx = self.compile([Subschema(self.root, "", frozenset())])
         if rx is None:
             raise UnsatisfiableSchemaError(self.unsat[0] if self.unsat else "schema is unsatisfiable: no JSON value matches it")
         return rx
 
-    def compile(self, conj: list[_Sub], width: int = 1) -> str | None:
+    def compile(self, conj: list[Subschema], width: int = 1) -> str | None:
         if self.rules is None:
             out = self._compile(conj, width)
             if out is not None and len(out) > self.max_regex_chars:  # no need to finish the whole
                 raise RegexTooLargeError(f"schema too large for the regex compiler: the regex of "
-                                         f"{_show(conj[0].ptr)} alone has {len(out)} characters "
+                                         f"{show_pointer(conj[0].ptr)} alone has {len(out)} characters "
                                          f"(limit {self.max_regex_chars})")
             return out
         # Grammar path: $ref cycles are cut here, where a position is reached again inside itself
@@ -284,19 +282,19 @@ class _Compiler(Normalizer):
         rules.bodies[rules.names[key]] = out
         return placeholder(rules.names[key])
 
-    def _compile(self, conj: list[_Sub], width: int = 1) -> str | None:
+    def _compile(self, conj: list[Subschema], width: int = 1) -> str | None:
         key = (self.depth, tuple((s.ptr, id(s.schema), s.skip) for s in conj))
         if key in self.memo:
             return self.memo[key]
         res = self.normalize(conj)
         if res is None:
             out = None
-        elif isinstance(res, _Alts) and (merged := self._presence_node(res)) is not None:
+        elif isinstance(res, Alternatives) and (merged := self._presence_node(res)) is not None:
             out = self.compile_node(merged)
-        elif isinstance(res, _Alts):
+        elif isinstance(res, Alternatives):
             width *= len(res.conjs)
             if width > MAX_BRANCHES:
-                raise GrammarError(f"anyOf/oneOf at {_show(res.ptr)}: more than {MAX_BRANCHES} combined "
+                raise GrammarError(f"anyOf/oneOf at {show_pointer(res.ptr)}: more than {MAX_BRANCHES} combined "
                                    "branches")
             parts = [self.compile(c, width) for c in res.conjs]
             if res.kind == "oneOf" and len(res.conjs) > 1 and not self._pairwise_disjoint(res.conjs):
@@ -308,7 +306,7 @@ class _Compiler(Normalizer):
         self.memo[key] = out
         return out
 
-    def _presence_node(self, res: _Alts) -> _Node | None:
+    def _presence_node(self, res: Alternatives) -> MergedSchema | None:
         """anyOf/oneOf whose branches are one open object that differ only in which declared
         properties are required or absent (`"oneOf": [{"required": ["a"]}, {"required": ["b"]}]`
         beside `properties`): one object whose member rules, which track the declared keys read,
@@ -318,7 +316,7 @@ class _Compiler(Normalizer):
         if self.rules is None or not self.open_objects:
             return None
         nodes = [self.normalize(c) for c in res.conjs]
-        if not all(isinstance(n, _Node) and n.types == {"object"} for n in nodes):
+        if not all(isinstance(n, MergedSchema) and n.types == {"object"} for n in nodes):
             return None
         first = nodes[0]
         shape = replace(first, required=[], forbidden=set(), presence=None)
@@ -333,7 +331,7 @@ class _Compiler(Normalizer):
         branches = tuple((frozenset(n.required), frozenset(n.forbidden)) for n in nodes)
         return replace(shape, presence=(res.kind, branches))
 
-    def _one_of(self, res: _Alts, parts: list, width: int) -> list:
+    def _one_of(self, res: Alternatives, parts: list, width: int) -> list:
         """oneOf whose branches may overlap: made exclusive where the negations allow; else
         anyOf, on request only (it would accept an instance valid in two branches)."""
         exclusive = self.exclusive_branches(res)
@@ -342,18 +340,18 @@ class _Compiler(Normalizer):
             if out is not None:
                 return out
         if not self.lenient:
-            raise GrammarError(f"oneOf at {_show(res.ptr)}: the branches are not provably exclusive, "
+            raise GrammarError(f"oneOf at {show_pointer(res.ptr)}: the branches are not provably exclusive, "
                                "so 'exactly one' cannot be enforced; lenient mode compiles it as anyOf")
-        self.relaxed.append(f"oneOf at {_show(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
+        self.relaxed.append(f"oneOf at {show_pointer(res.ptr)} (compiled as anyOf: branches not provably exclusive)")
         return parts
 
-    def _compile_exclusive(self, res: _Alts, exclusive, parts: list, width: int) -> list | None:
+    def _compile_exclusive(self, res: Alternatives, exclusive, parts: list, width: int) -> list | None:
         """The parts of a oneOf made exclusive, None where a partial negation would empty a
         branch that has values (then it is not worth the narrowing)."""
         per_branch, partial = exclusive
         width = width // len(res.conjs) * max(1, sum(map(len, per_branch)))
         if width > MAX_BRANCHES:
-            raise GrammarError(f"oneOf at {_show(res.ptr)}: more than {MAX_BRANCHES} combined branches "
+            raise GrammarError(f"oneOf at {show_pointer(res.ptr)}: more than {MAX_BRANCHES} combined branches "
                                "once made exclusive")
         out = []
         for before, conjs in zip(parts, per_branch):
@@ -362,16 +360,16 @@ class _Compiler(Normalizer):
                 return None
             out += mine
         if partial:
-            self.narrowed.append(f"at {_show(res.ptr)}: oneOf made exclusive by excluding more overlap "
+            self.narrowed.append(f"at {show_pointer(res.ptr)}: oneOf made exclusive by excluding more overlap "
                                  "than needed (a negation without a positive form)")
         return out
 
-    def compile_node(self, n: _Node) -> str | None:
+    def compile_node(self, n: MergedSchema) -> str | None:
         if n.unconstrained():
             return self.any_value(n.ptr)
         if n.enum is not None:
             return self._enum(n)
-        types = n.types if n.types is not None else set(_TYPES)
+        types = n.types if n.types is not None else set(INSTANCE_TYPES)
         excluded = self._excluded(n, types)
         parts = []
         if "null" in types and None not in excluded:
@@ -382,7 +380,7 @@ class _Compiler(Normalizer):
                 parts.append(bools[0] if len(bools) == 1 else "(?:true|false)")
         if "integer" in types or "fraction" in types:
             parts.append(self._number_excluding(n, types, [v for v in excluded
-                                                           if _value_types(v) & {"integer", "fraction"}]))
+                                                           if instance_types(v) & {"integer", "fraction"}]))
         if "string" in types:
             parts.append(self._string(n, [v for v in excluded if isinstance(v, str)]))
         if "object" in types:
@@ -391,16 +389,16 @@ class _Compiler(Normalizer):
             parts.append(self._array(n))
         parts = [p for p in parts if p is not None]
         if not parts:
-            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable")
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable")
             return None
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
-    def _excluded(self, n: _Node, types: set) -> list:
+    def _excluded(self, n: MergedSchema, types: set) -> list:
         """Values of n.excluded (not enum/const) that n's types admit; null, booleans and strings
         are excluded exactly, other values only where their type is not admitted."""
         out = []
         for v in n.excluded:
-            vt = _value_types(v)
+            vt = instance_types(v)
             if not vt & types:
                 continue
             if vt & {"object", "array"}:
@@ -408,6 +406,11 @@ class _Compiler(Normalizer):
                 continue
             out.append(v)
         return out
+
+    @property
+    def sep(self) -> str:
+        """Between the members of an object or the items of an array."""
+        return f"{self.wsi},{self.wsb}"
 
     @property
     def wsb(self) -> str:
@@ -418,20 +421,20 @@ class _Compiler(Normalizer):
             return self._wsb
         return f"(?:[ \\t]?|\\n[ \\t]{{0,{min(INDENT_MAX, 4 * self.depth)}}})"
 
-    def _content(self, conj: list[_Sub], ptr: str) -> str | None:
+    def _content(self, conj: list[Subschema], ptr: str) -> str | None:
         """Map values / array items: an unconstrained one nests one level less, so that a
         container with unconstrained contents is as deep as an unconstrained value."""
         if not conj:
             return self.any_value(ptr, ANY_VALUE_DEPTH - 1)
         res = self._peek(conj)
-        if isinstance(res, _Node) and res.unconstrained():
+        if isinstance(res, MergedSchema) and res.unconstrained():
             return self.any_value(conj[0].ptr, ANY_VALUE_DEPTH - 1)
         return self.compile(conj)
 
     def any_value(self, ptr: str, depth: int = ANY_VALUE_DEPTH) -> str:
         if self.rules is not None:
             return self._json_value_rule()
-        self.relaxed.append(f"any value at {_show(ptr)} (JSON nested at most {depth} deep)")
+        self.relaxed.append(f"any value at {show_pointer(ptr)} (JSON nested at most {depth} deep)")
         return self._any_rx(depth)
 
     def _any_rx(self, depth: int) -> str:
@@ -452,7 +455,7 @@ class _Compiler(Normalizer):
 
     def _any_of(self, inner: str) -> str:
         """Any JSON value whose container members are `inner`."""
-        sep = f"{self.wsi},{self.wsb}"
+        sep = self.sep
         member = f"{_ANY_STRING}{self.wsi}:{self.wsi}{inner}"
         arr = f"\\[{self.wsb}(?:{inner}(?:{sep}{inner})*{self.wsb})?\\]"
         obj = f"\\{{{self.wsb}(?:{member}(?:{sep}{member})*{self.wsb})?\\}}"
@@ -475,7 +478,7 @@ class _Compiler(Normalizer):
             raise GrammarError(f"not a JSON value: {v!r}")
         self.depth += 1
         try:
-            sep = f"{self.wsi},{self.wsb}"
+            sep = self.sep
             if isinstance(v, list):
                 if not v:
                     return f"\\[{self.wsb}\\]"
@@ -487,21 +490,21 @@ class _Compiler(Normalizer):
         finally:
             self.depth -= 1
 
-    def _enum(self, n: _Node) -> str | None:
-        types = n.types if n.types is not None else set(_TYPES)
-        vals = [v for v in n.enum if _value_types(v) & types]
+    def _enum(self, n: MergedSchema) -> str | None:
+        types = n.types if n.types is not None else set(INSTANCE_TYPES)
+        vals = [v for v in n.enum if instance_types(v) & types]
         if vals and not n.only_types():
-            rest = replace(n, enum=None, types=set().union(*(_value_types(v) for v in vals)) & types)
+            rest = replace(n, enum=None, types=set().union(*(instance_types(v) for v in vals)) & types)
             check = self._checker(rest)
             vals = [v for v in vals if check.fullmatch(_compact(v))]
         if not vals:
-            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (no enum/const value passes "
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (no enum/const value passes "
                               "the other keywords)")
             return None
         parts = list(dict.fromkeys(self.literal(v) for v in vals))
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
-    def _checker(self, n: _Node) -> re.Pattern:
+    def _checker(self, n: MergedSchema) -> re.Pattern:
         """The regex of n without whitespace, to test enum values against (sound, maybe partial)."""
         if self._nows is None:
             self._nows = _Compiler(self.root, "", "", self.lenient, parent=self)
@@ -514,7 +517,7 @@ class _Compiler(Normalizer):
 
     # ---- numbers
 
-    def _number_excluding(self, n: _Node, types: set, excluded: list) -> str | None:
+    def _number_excluding(self, n: MergedSchema, types: set, excluded: list) -> str | None:
         """n's numbers other than the excluded ones: the range cut at each (exclusive bounds)."""
         cuts = sorted({Decimal(str(v)) for v in excluded})
         cuts = [v for v in cuts if (n.lo is None or v > n.lo.value or v == n.lo.value and not n.lo.exclusive)
@@ -530,7 +533,7 @@ class _Compiler(Normalizer):
         pieces = [p for p in pieces if p is not None]
         return "(?:" + "|".join(pieces) + ")" if pieces else None
 
-    def _number(self, n: _Node, types: set) -> str | None:
+    def _number(self, n: MergedSchema, types: set) -> str | None:
         is_num = "fraction" in types
         if n.multiple_of:
             return self._multiples(n, types)
@@ -553,7 +556,7 @@ class _Compiler(Normalizer):
             cap = f if cap is None else min(cap, f)
         return decimal_range_regex(n.lo, n.hi, cap)
 
-    def _multiples(self, n: _Node, types: set) -> str | None:
+    def _multiples(self, n: MergedSchema, types: set) -> str | None:
         """multipleOf (every step: their least common multiple), exact or unsupported."""
         ptr = n.multiple_of[0][1]
         if "integer" not in types:
@@ -568,7 +571,7 @@ class _Compiler(Normalizer):
 
     # ---- strings
 
-    def _string(self, n: _Node, excluded: list[str] = ()) -> str | None:
+    def _string(self, n: MergedSchema, excluded: list[str] = ()) -> str | None:
         if excluded:
             if n.formats or n.patterns or n.min_len > 0 or n.max_len is not None:
                 self.unsupported("not", n.ptr, "excluded strings together with pattern/format/length")
@@ -577,16 +580,16 @@ class _Compiler(Normalizer):
         specs = []
         for fmt, p in n.formats:
             if not is_known_format(fmt):
-                self.relaxed.append(f"format '{fmt}' at {_show(p)} (not a JSON Schema format: an annotation)")
+                self.relaxed.append(f"format '{fmt}' at {show_pointer(p)} (not a JSON Schema format: an annotation)")
                 continue
             pat = format_pattern(fmt)
             if pat is None:
                 self.unsupported(f"format '{fmt}'", p)
                 continue
-            specs.append((StringSpec.from_pattern(pat), f"format at {_show(p)}", p))
+            specs.append((StringSpec.from_pattern(pat), f"format at {show_pointer(p)}", p))
         for pat, p in n.patterns:
             try:
-                specs.append((StringSpec.from_pattern(pat), f"pattern at {_show(p)}", p))
+                specs.append((StringSpec.from_pattern(pat), f"pattern at {show_pointer(p)}", p))
             except GrammarError as e:
                 self.unsupported("pattern", p, str(e))
         if len(specs) > 1:
@@ -600,10 +603,10 @@ class _Compiler(Normalizer):
             else:
                 spec, narrowed = constrained
                 if narrowed:
-                    self.narrowed.append(f"at {_show(n.ptr)}: pattern repetitions bounded to keep within "
+                    self.narrowed.append(f"at {show_pointer(n.ptr)}: pattern repetitions bounded to keep within "
                                          f"maxLength {n.max_len}")
         limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
-        return spec.emit(limits, self.narrowed, _show(where))
+        return spec.emit(limits, self.narrowed, show_pointer(where))
 
     # ---- objects
 
@@ -616,12 +619,11 @@ class _Compiler(Normalizer):
         finally:
             self.depth -= 1
 
-    def _object(self, n: _Node) -> str | None:
+    def _object(self, n: MergedSchema) -> str | None:
         with self._nested():
             return self._object_body(n)
 
-    def _object_body(self, n: _Node) -> str | None:
-        sep = f"{self.wsi},{self.wsb}"
+    def _object_body(self, n: MergedSchema) -> str | None:
         names = list(n.props) + [r for r in n.required if r not in n.props]
         if (self.rules is None and self.open_objects and names and n.additional is None and not n.pattern_props
                 and n.prop_names is None and n.max_props is None):
@@ -629,108 +631,150 @@ class _Compiler(Normalizer):
             # path's compile need not wait for the regex path's (the whole schema, at the root)
             raise _open_object_error(n)
         kept_out = names + sorted(f for f in n.forbidden if f not in names)  # keys extra keys never spell
-        members: list[tuple[str, bool, str]] = []
+        members = self._declared_members(n, names)
+        if members is None:
+            return None
+        extra, key = self._undeclared_value(n, names, kept_out)
+        if n.prop_names is not None:
+            named = self._property_names(n, names, members, extra, key)
+            if named is None:
+                return None
+            members, extra, key = named
+        return self._object_regex(n, members, extra, key)
+
+    def _declared_members(self, n: MergedSchema, names: list[str]) -> list[tuple[str, bool, str]] | None:
+        """(name, required, "key: value") of each declared property that can appear; None if a
+        required one can't."""
+        members = []
         for name in names:
             if name in n.forbidden:
                 if name in n.required:
-                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (property '{name}' "
+                    self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (property '{name}' "
                                       "both required and excluded)")
                     return None
                 continue
             conj = n.props.get(name)
             if conj is None:  # required but not in properties: additionalProperties applies
                 conj = n.additional or []
-            value = self.compile(conj) if conj else self.any_value(f"{n.ptr}/properties/{_esc(name)}")
+            value = self.compile(conj) if conj else self.any_value(f"{n.ptr}/properties/{pointer_token(name)}")
             req = name in n.required
             if value is None:
                 if req:
-                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (required property "
+                    self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (required property "
                                       f"'{name}' admits no value)")
                     return None
                 continue
             members.append((name, req, f"{string_literal(name)}{self.wsi}:{self.wsi}{value}"))
-        # additional properties
-        extra, interleave, key = None, None, None  # key None: extra holds its keys (patternProperties)
+        return members
+
+    def _undeclared_value(self, n: MergedSchema, names: list[str],
+                          kept_out: list[str]) -> tuple[str | None, str | None]:
+        """(extra, key) of the members no declared name takes: extra, their value, None if there are
+        none; key, their key, None where extra holds the whole member (patternProperties)."""
         if n.pattern_props:
-            extra = self._pattern_members(n, kept_out)
-        elif n.additional is not None or not names or self.open_objects:
+            return self._pattern_members(n, kept_out), None
+        if n.additional is not None or not names or self.open_objects:
             extra = self._content(n.additional or [], f"{n.ptr}/additionalProperties")
-            key = None if extra is None else self._other_key(tuple(kept_out))
-        else:
-            self.narrowed.append(f"at {_show(n.ptr)}: only the declared properties (no additionalProperties: "
-                                 "other keys left out unless open_objects)")
-        if n.prop_names is not None and (n.pattern_props or n.forbidden):
+            return extra, None if extra is None else self._other_key(tuple(kept_out))
+        self.narrowed.append(f"at {show_pointer(n.ptr)}: only the declared properties (no additionalProperties: "
+                             "other keys left out unless open_objects)")
+        return None, None
+
+    def _property_names(self, n: MergedSchema, names: list[str], members: list, extra: str | None,
+                        key: str | None) -> tuple[list, str | None, str | None] | None:
+        """(members, extra, key) with propertyNames applied: the declared members it admits, the
+        undeclared members' key; None if a required name fails it."""
+        if n.pattern_props or n.forbidden:
             self.unsupported("propertyNames", n.prop_names[0].ptr,
                              "together with patternProperties or excluded names")
-        elif n.prop_names is not None:
-            pn_ptr = n.prop_names[0].ptr
-            key_rx = self.compile(n.prop_names + [_Sub(_STRING_SCHEMA, pn_ptr, frozenset())])
-            check = re.compile(key_rx) if key_rx is not None else None
+            return members, extra, key
+        pn_ptr = n.prop_names[0].ptr
+        key_rx = self.compile(n.prop_names + [Subschema(_STRING_SCHEMA, pn_ptr, frozenset())])
+        check = re.compile(key_rx) if key_rx is not None else None
 
-            def ok(nm: str) -> bool:
-                return check is not None and check.fullmatch(json.dumps(nm, ensure_ascii=False)) is not None
+        def ok(nm: str) -> bool:
+            return check is not None and check.fullmatch(json.dumps(nm, ensure_ascii=False)) is not None
 
-            for nm in names:
-                if nm in n.required and not ok(nm):
-                    self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (required property "
-                                      f"'{nm}' fails propertyNames)")
-                    return None
-            members = [m for m in members if ok(m[0])]
-            if extra is not None:
-                if names and n.additional is None:  # open_objects: other keys would need both key regexes
-                    self.narrowed.append(f"at {_show(n.ptr)}: only the declared properties (propertyNames "
-                                         "beside declared properties)")
-                    extra = None
-                elif names:
-                    self.unsupported("propertyNames", pn_ptr, "declared and additional properties together")
-                else:
-                    key = key_rx
-                    if key is None:
-                        extra = None
+        for nm in names:
+            if nm in n.required and not ok(nm):
+                self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (required property "
+                                  f"'{nm}' fails propertyNames)")
+                return None
+        members = [m for m in members if ok(m[0])]
+        if extra is None:
+            return members, extra, key
+        if names and n.additional is None:  # open_objects: other keys would need both key regexes
+            self.narrowed.append(f"at {show_pointer(n.ptr)}: only the declared properties (propertyNames "
+                                 "beside declared properties)")
+            return members, None, key
+        if names:
+            self.unsupported("propertyNames", pn_ptr, "declared and additional properties together")
+            return members, extra, key
+        return members, None if key_rx is None else extra, key_rx
+
+    def _object_regex(self, n: MergedSchema, members: list, extra: str | None, key: str | None) -> str | None:
+        """The object of the declared members and of undeclared ones (extra, key: _undeclared_value)."""
         map_max = None
         if extra is not None and not members and n.max_props is not None:
             # a pure map: maxProperties bounds the members (a repeated key only counts extra: sound)
             map_max = n.max_props
             if map_max == 0:
                 extra = None
+        interleave = None
         if extra is not None:
-            m = extra if key is None else f"{key}{self.wsi}:{self.wsi}{extra}"
-            if map_max is None:
-                rest = f"(?:{sep}{m})*"
-            else:
-                limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
-                rest = repeat(f"{sep}{m}", 0, map_max - 1, limits, self.narrowed, _show(n.max_props_ptr))
-            if self.open_objects and members and map_max is None:
-                if self.rules is None:
-                    raise _open_object_error(n)
-                interleave = (list(members), m)
-            members.append(("", False, m + rest))
-        # property counts
+            member = extra if key is None else f"{key}{self.wsi}:{self.wsi}{extra}"
+            interleave = self._add_undeclared(n, members, member, map_max)
         counted = [(r, m) for _, r, m in members]
+        nonempty = self._property_counts(n, counted, map_max if extra is not None else len(counted))
+        if nonempty is None:
+            return None
+        if not counted:
+            return f"\\{{{self.wsb}\\}}"
+        if interleave is not None:
+            return self._interleaved(*interleave, nonempty, n.ptr, n.presence)
+        body, empty_ok = _join(counted, self.sep)
+        if empty_ok and not nonempty:
+            return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
+        return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+
+    def _add_undeclared(self, n: MergedSchema, members: list, member: str, map_max: int | None) -> tuple | None:
+        """Append the undeclared members (any number of them, or up to map_max) to members; returns
+        (declared members, undeclared member) where the two interleave (open_objects)."""
+        if map_max is None:
+            rest = f"(?:{self.sep}{member})*"
+        else:
+            limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
+            rest = repeat(f"{self.sep}{member}", 0, map_max - 1, limits, self.narrowed,
+                          show_pointer(n.max_props_ptr))
+        interleave = None
+        if self.open_objects and members and map_max is None:
+            if self.rules is None:
+                raise _open_object_error(n)
+            interleave = (list(members), member)
+        members.append(("", False, member + rest))
+        return interleave
+
+    def _property_counts(self, n: MergedSchema, counted: list[tuple[bool, str]],
+                         hi_count: int | None) -> bool | None:
+        """minProperties/maxProperties against the members' counts (required ones at least,
+        hi_count at most): whether the object must be nonempty though every member is optional;
+        None if no count fits."""
         lo_count = sum(1 for r, _ in counted if r)
-        hi_count = map_max if extra is not None else len(counted)
-        all_optional_nonempty = False
+        nonempty = False
         if n.min_props > lo_count:
             if lo_count == 0 and n.min_props == 1:
-                all_optional_nonempty = True
+                nonempty = True
             else:
                 self.unsupported("minProperties", n.min_props_ptr)
         if n.max_props is not None and (hi_count is None or hi_count > n.max_props):
             if n.max_props < lo_count:
-                self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (maxProperties)")
+                self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (maxProperties)")
                 return None
             self.unsupported("maxProperties", n.max_props_ptr)
-        if not counted:
-            if all_optional_nonempty:
-                self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minProperties)")
-                return None
-            return f"\\{{{self.wsb}\\}}"
-        if interleave is not None:
-            return self._interleaved(*interleave, all_optional_nonempty, n.ptr, n.presence)
-        body, empty_ok = _join(counted, sep)
-        if empty_ok and not all_optional_nonempty:
-            return f"\\{{{self.wsb}(?:{body}{self.wsb})?\\}}"
-        return f"\\{{{self.wsb}{body}{self.wsb}\\}}"
+        if not counted and nonempty:
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (minProperties)")
+            return None
+        return nonempty
 
     def _interleaved(self, members: list[tuple[str, bool, str]], extra: str, nonempty: bool, ptr: str,
                      presence: tuple | None = None) -> str | None:
@@ -744,7 +788,7 @@ class _Compiler(Normalizer):
         declared name. With `presence` (merged anyOf/oneOf branches, _presence_node), A_s may
         stop where some branch (oneOf: exactly one) has its required names in s and none of its
         absent ones, and a member is read only if some such s can still be reached."""
-        sep = f"{self.wsi},{self.wsb}"
+        sep = self.sep
         rules, n = self.rules, len(members)
         required = frozenset(j for j, (_, req, _) in enumerate(members) if req)
         # Rules, so that "," stays a terminal of its own rather than fused into a copy of every
@@ -756,7 +800,7 @@ class _Compiler(Normalizer):
             good = _presence_sets([name for name, _, _ in members], *presence)
             viable = {s for g in good for s in _subsets(g)}
             if start not in viable:
-                self.unsat.append(f"schema at {_show(ptr)} is unsatisfiable (no object has the keys "
+                self.unsat.append(f"schema at {show_pointer(ptr)} is unsatisfiable (no object has the keys "
                                   f"its {presence[0]} branches require)")
                 return None
 
@@ -774,7 +818,7 @@ class _Compiler(Normalizer):
             def can_stop(s: frozenset) -> bool:
                 return required <= s
         else:
-            self.narrowed.append(f"at {_show(ptr)}: declared properties in schema order (more than "
+            self.narrowed.append(f"at {show_pointer(ptr)}: declared properties in schema order (more than "
                                  f"{ORDERLESS_MAX})")
             start = 0
 
@@ -818,7 +862,7 @@ class _Compiler(Normalizer):
             rules.bodies[name] = body
         return placeholder(name)
 
-    def _pattern_members(self, n: _Node, names: list[str]) -> str | None:
+    def _pattern_members(self, n: MergedSchema, names: list[str]) -> str | None:
         """One member whose key matches a patternProperties pattern, "key: value" (None: no such
         key can appear). Keys never spell a declared name; other keys are left out (narrowed unless
         additionalProperties forbids them or a pattern takes every key)."""
@@ -835,7 +879,7 @@ class _Compiler(Normalizer):
         everything = any(matches_everything(spec) for *_, spec in specs)
         closed = n.additional is not None and any(x.schema is False for x in n.additional)
         if not closed and not everything:
-            self.narrowed.append(f"at {_show(n.ptr)}: only declared and patternProperties keys "
+            self.narrowed.append(f"at {show_pointer(n.ptr)}: only declared and patternProperties keys "
                                  "(keys matching no pattern left out)")
         limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
         alts = []
@@ -846,7 +890,7 @@ class _Compiler(Normalizer):
                     continue
                 key = self._other_key(tuple(names))
             else:
-                key = spec.emit(limits, self.narrowed, _show(p))
+                key = spec.emit(limits, self.narrowed, show_pointer(p))
             value = self._content(conj, p)
             if key is not None and value is not None:
                 alts.append(f"{key}{self.wsi}:{self.wsi}{value}")
@@ -860,7 +904,7 @@ class _Compiler(Normalizer):
         DFA json_keys builds directly."""
         return key_placeholder(names) if self.rules_mode else key_regex(names)
 
-    def _pattern_covers(self, n: _Node, name: str, conj: list[_Sub]) -> bool:
+    def _pattern_covers(self, n: MergedSchema, name: str, conj: list[Subschema]) -> bool:
         """A key `name` spelled by a pattern's member gets only the pattern's schemas: exact where
         the declared property asks nothing more (each of its schemas is one of the pattern's, or
         asserts nothing)."""
@@ -868,27 +912,27 @@ class _Compiler(Normalizer):
             return False
         mine = [x.schema for x in conj]
 
-        def implied(sub: _Sub) -> bool:
+        def implied(sub: Subschema) -> bool:
             if any(sub.schema is y for y in mine):
                 return True
-            if not has_ref(sub.schema) and any(_json_equal(_assertions(sub.schema), _assertions(y)) for y in mine):
+            if not has_ref(sub.schema) and any(json_equal(_assertions(sub.schema), _assertions(y)) for y in mine):
                 return True  # equal without $ref: the same wherever it sits
             node = self._peek([sub])
-            return isinstance(node, _Node) and node.unconstrained()
+            return isinstance(node, MergedSchema) and node.unconstrained()
         return all(implied(x) for x in n.props[name])
 
     # ---- arrays
 
-    def _array(self, n: _Node) -> str | None:
+    def _array(self, n: MergedSchema) -> str | None:
         with self._nested():
             return self._array_body(n)
 
-    def _array_body(self, n: _Node) -> str | None:
+    def _array_body(self, n: MergedSchema) -> str | None:
         if n.contains:
             rx = self._contains_array(n)
             if rx is not False:
                 return rx
-        sep = f"{self.wsi},{self.wsb}"
+        sep = self.sep
         lo, hi = n.min_items, n.max_items
         prefix: list[str] = []
         for i, conj in enumerate(n.prefix):
@@ -904,16 +948,16 @@ class _Compiler(Normalizer):
         if extra is None:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
         if hi is not None and lo > hi:
-            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minItems > possible items)")
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (minItems > possible items)")
             return None
         if lo > MAX_MIN_BOUND:
-            raise GrammarError(f"minItems {lo} at {_show(n.ptr)} exceeds the supported {MAX_MIN_BOUND}")
+            raise GrammarError(f"minItems {lo} at {show_pointer(n.ptr)} exceeds the supported {MAX_MIN_BOUND}")
         if n.unique is not None and (hi is None or hi > 1):
             uniq = self._unique(n, lo, hi, prefix, extra)
             if uniq is not False:
                 return uniq
         if hi is not None and hi > max(lo, ITEMS_CAP):
-            self.narrowed.append(f"at {_show(n.ptr)}: maxItems {hi} lowered to {max(lo, ITEMS_CAP)}")
+            self.narrowed.append(f"at {show_pointer(n.ptr)}: maxItems {hi} lowered to {max(lo, ITEMS_CAP)}")
             hi = max(lo, ITEMS_CAP)
         if hi == 0:
             return f"\\[{self.wsb}\\]"
@@ -928,7 +972,7 @@ class _Compiler(Normalizer):
                     return cur
                 r_lo = max(0, lo - (i + 1))
                 r_hi = None if hi is None else hi - (i + 1)
-                return cur + repeat(f"{sep}{extra}", r_lo, r_hi, limits, self.narrowed, _show(n.ptr))
+                return cur + repeat(f"{sep}{extra}", r_lo, r_hi, limits, self.narrowed, show_pointer(n.ptr))
             nxt = sep + seq(i + 1)
             return cur + (nxt if i + 1 < lo else f"(?:{nxt})?")
 
@@ -937,7 +981,7 @@ class _Compiler(Normalizer):
             return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
         return f"\\[{self.wsb}{body}{self.wsb}\\]"
 
-    def _contains_array(self, n: _Node) -> str | None | bool:
+    def _contains_array(self, n: MergedSchema) -> str | None | bool:
         """contains / minContains / maxContains: every item either matches the contains schema (A:
         items and contains) or not (B: items and the negation of contains), and the A items number
         minContains .. maxContains. False (lenient) to build the array without it."""
@@ -957,15 +1001,15 @@ class _Compiler(Normalizer):
         if a is None:
             hi = 0
         if lo > (hi if hi is not None else lo):
-            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (minContains > possible items)")
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (minContains > possible items)")
             return None
-        sep = f"{self.wsi},{self.wsb}"
+        sep = self.sep
         before = "" if b is None else f"(?:(?:{b}){sep})*"   # B items, each followed by a separator
         after = "" if b is None else f"(?:{sep}(?:{b}))*"    # B items, each preceded by one
         with_a = None
         if a is not None and hi != 0:
             more = repeat(f"{sep}{before}(?:{a}){after}", max(lo - 1, 0), None if hi is None else hi - 1,
-                          Limits(ITEMS_CAP, MAX_MIN_BOUND), self.narrowed, _show(n.ptr))
+                          Limits(ITEMS_CAP, MAX_MIN_BOUND), self.narrowed, show_pointer(n.ptr))
             with_a = f"{before}(?:{a}){after}{more}"
         if lo > 0:
             return f"\\[{self.wsb}{with_a}{self.wsb}\\]"
@@ -974,9 +1018,9 @@ class _Compiler(Normalizer):
             return f"\\[{self.wsb}\\]"
         return f"\\[{self.wsb}(?:(?:{'|'.join(options)}){self.wsb})?\\]"
 
-    def _unique(self, n: _Node, lo: int, hi: int | None, prefix: list[str], extra: str | None):
+    def _unique(self, n: MergedSchema, lo: int, hi: int | None, prefix: list[str], extra: str | None):
         """uniqueItems: exact regex, or False to build the array without it (only when implied)."""
-        sep = f"{self.wsi},{self.wsb}"
+        sep = self.sep
         if prefix:
             # tuples whose positions are pairwise disjoint never repeat a value
             conjs = n.prefix[:len(prefix)]
@@ -992,7 +1036,7 @@ class _Compiler(Normalizer):
             return f"\\[{self.wsb}\\]" if lo == 0 else None
         hi = k if hi is None else min(hi, k)
         if lo > hi:
-            self.unsat.append(f"schema at {_show(n.ptr)} is unsatisfiable (uniqueItems with minItems)")
+            self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (uniqueItems with minItems)")
             return None
         total, perms = 0, 1
         for m in range(1, hi + 1):
@@ -1017,7 +1061,7 @@ class _Compiler(Normalizer):
             return f"\\[{self.wsb}(?:{body}{self.wsb})?\\]"
         return f"\\[{self.wsb}{body}{self.wsb}\\]"
 
-    def _unique_in_matcher(self, n: _Node) -> bool:
+    def _unique_in_matcher(self, n: MergedSchema) -> bool:
         """uniqueItems over scalar items that no regex can enumerate: the array is built without
         it and the matcher refuses duplicates (json_unique); False either way."""
         if n.items is None or not self._scalar_items(n.items):
@@ -1027,36 +1071,36 @@ class _Compiler(Normalizer):
         self.unique_items.append(n.unique)
         return False
 
-    def _scalar_items(self, conj: list[_Sub]) -> bool:
+    def _scalar_items(self, conj: list[Subschema]) -> bool:
         res = self.normalize(conj)
         if res is None:
             return True
-        if isinstance(res, _Alts):
+        if isinstance(res, Alternatives):
             return all(self._scalar_items(c) for c in res.conjs)
         if res.enum is not None:
             return all(not isinstance(v, (dict, list)) for v in res.enum)
         return res.types is not None and res.types <= _SCALAR_TYPES
 
-    def _finite_values(self, conj: list[_Sub]) -> list | None:
+    def _finite_values(self, conj: list[Subschema]) -> list | None:
         res = self.normalize(conj)
         if res is None:
             return []
-        if isinstance(res, _Alts):
+        if isinstance(res, Alternatives):
             out: list = []
             for c in res.conjs:
                 vs = self._finite_values(c)
                 if vs is None:
                     return None
                 out += vs
-            return _unique_json(out)
+            return unique_json(out)
         if res.enum is not None:
             vals = res.enum
         elif res.types is not None and res.types <= {"null", "boolean"}:
             vals = [v for v, t in ((None, "null"), (True, "boolean"), (False, "boolean")) if t in res.types]
         else:
             return None
-        types = res.types if res.types is not None else set(_TYPES)
-        vals = [v for v in vals if _value_types(v) & types]
+        types = res.types if res.types is not None else set(INSTANCE_TYPES)
+        vals = [v for v in vals if instance_types(v) & types]
         if vals and not res.only_types():
             check = self._checker(replace(res, enum=None))
             vals = [v for v in vals if check.fullmatch(_compact(v))]

@@ -21,16 +21,9 @@ from typing import Callable
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json_formats import format_pattern, is_known_format
 from gdserve.grammar.json_patterns import StringSpec
-from gdserve.grammar.json_schema_norm import (
-    _TYPE_NAMES,
-    FORBID,
-    NOT_IN,
-    _esc,
-    _json_equal,
-    _json_key,
-    _Sub,
-    _value_types,
-)
+from gdserve.grammar.json_schema_model import (EXCLUDED_VALUES, FORBIDDEN_NAMES, TYPES_OF_NAME, Subschema,
+                                               pointer_token)
+from gdserve.grammar.json_values import instance_types, json_equal, json_key
 from gdserve.grammar.json_strings import Limits
 
 _UNDECIDABLE = {"unevaluatedItems", "unevaluatedProperties", "$dynamicRef", "$recursiveRef"}
@@ -92,18 +85,18 @@ def _number(v) -> Fraction | None:
 
 
 class Evaluator:
-    def __init__(self, resolve: Callable[[object, _Sub], _Sub]):
+    def __init__(self, resolve: Callable[[object, Subschema], Subschema]):
         self.resolve = resolve  # Normalizer._resolve: ($ref, sub) -> target sub; GrammarError on a cycle
-        self._key_sets: dict[int, tuple[list, set]] = {}  # id(an enum list) -> (it, its _json_keys)
+        self._key_sets: dict[int, tuple[list, set]] = {}  # id(an enum list) -> (it, its json_keys)
 
     def _keys(self, values: list) -> set:
-        """The _json_keys of a schema's enum list (kept with it, so the id stays its own)."""
+        """The json_keys of a schema's enum list (kept with it, so the id stays its own)."""
         hit = self._key_sets.get(id(values))
         if hit is None or hit[0] is not values:
-            hit = self._key_sets[id(values)] = (values, set(map(_json_key, values)))
+            hit = self._key_sets[id(values)] = (values, set(map(json_key, values)))
         return hit[1]
 
-    def decide(self, subs: list[_Sub], value) -> bool | None:
+    def decide(self, subs: list[Subschema], value) -> bool | None:
         """Does value satisfy every sub (a conjunction)? A sub's `skip` keywords are left out:
         their expansion is elsewhere in the conjunction."""
         subs = [replace(s, schema={k: v for k, v in s.schema.items() if k not in s.skip})
@@ -113,7 +106,7 @@ class Evaluator:
         except (TypeError, ValueError, AttributeError, RecursionError):  # malformed keyword values
             return None
 
-    def check(self, sub: _Sub, value, depth: int = 0) -> bool | None:
+    def check(self, sub: Subschema, value, depth: int = 0) -> bool | None:
         s = sub.schema
         if s is True or s is False:
             return s
@@ -127,12 +120,12 @@ class Evaluator:
 
     def _child(self, schema, ptr: str, value) -> bool | None:
         """A subschema applied to a member of the value: progress made, $ref history reset."""
-        return self.check(_Sub(schema, ptr, frozenset()), value)
+        return self.check(Subschema(schema, ptr, frozenset()), value)
 
-    def _same(self, sub: _Sub, schema, ptr: str, value, depth: int) -> bool | None:
-        return self.check(_Sub(schema, ptr, sub.refs), value, depth + 1)
+    def _same(self, sub: Subschema, schema, ptr: str, value, depth: int) -> bool | None:
+        return self.check(Subschema(schema, ptr, sub.refs), value, depth + 1)
 
-    def _ref(self, sub: _Sub, s: dict, value, depth: int) -> bool | None:
+    def _ref(self, sub: Subschema, s: dict, value, depth: int) -> bool | None:
         if "$ref" not in s:
             return True
         try:
@@ -141,7 +134,7 @@ class Evaluator:
             return None
         return self.check(target, value, depth + 1)
 
-    def _logic(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _logic(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         p = sub.ptr
         out = []
         for kw in ("allOf", "anyOf", "oneOf"):
@@ -166,25 +159,25 @@ class Evaluator:
                        (True if then is True and other is True else None))
         return _all(out)
 
-    def _type_enum(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _type_enum(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         out = []
         if "type" in s:
             names = [s["type"]] if isinstance(s["type"], str) else s["type"]
-            if not isinstance(names, list) or any(x not in _TYPE_NAMES for x in names):
+            if not isinstance(names, list) or any(x not in TYPES_OF_NAME for x in names):
                 return None
-            allowed = set().union(*(_TYPE_NAMES[x] for x in names)) if names else set()
-            out.append(bool(_value_types(v) & allowed))
+            allowed = set().union(*(TYPES_OF_NAME[x] for x in names)) if names else set()
+            out.append(bool(instance_types(v) & allowed))
         if "enum" in s:
             if not isinstance(s["enum"], list):
                 return None
-            out.append(_json_key(v) in self._keys(s["enum"]))
+            out.append(json_key(v) in self._keys(s["enum"]))
         if "const" in s:
-            out.append(_json_equal(v, s["const"]))
-        if NOT_IN in s:
-            out.append(_json_key(v) not in self._keys(s[NOT_IN]))
+            out.append(json_equal(v, s["const"]))
+        if EXCLUDED_VALUES in s:
+            out.append(json_key(v) not in self._keys(s[EXCLUDED_VALUES]))
         return _all(out)
 
-    def _numeric(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _numeric(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         x = _number(v)
         if x is None:
             return True
@@ -213,7 +206,7 @@ class Evaluator:
             out.append((x / m).denominator == 1)
         return _all(out)
 
-    def _string(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _string(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         if not isinstance(v, str):
             return True
         out = []
@@ -227,7 +220,7 @@ class Evaluator:
             out.append(_format_test(s["format"], v))
         return _all(out)
 
-    def _object(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _object(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         if not isinstance(v, dict):
             return True
         p = sub.ptr
@@ -238,8 +231,8 @@ class Evaluator:
             return None
         if "required" in s:
             out.append(all(r in v for r in s["required"]))
-        if FORBID in s:
-            out.append(not any(r in v for r in s[FORBID]))
+        if FORBIDDEN_NAMES in s:
+            out.append(not any(r in v for r in s[FORBIDDEN_NAMES]))
         if "minProperties" in s:
             out.append(len(v) >= s["minProperties"])
         if "maxProperties" in s:
@@ -249,9 +242,9 @@ class Evaluator:
             if any(pattern_test(q, k) is None for q in matched):
                 return None
             if k in props:
-                out.append(self._child(props[k], f"{p}/properties/{_esc(k)}", x))
+                out.append(self._child(props[k], f"{p}/properties/{pointer_token(k)}", x))
             for q in matched:
-                out.append(self._child(pats[q], f"{p}/patternProperties/{_esc(q)}", x))
+                out.append(self._child(pats[q], f"{p}/patternProperties/{pointer_token(q)}", x))
             if k not in props and not matched and "additionalProperties" in s:
                 out.append(self._child(s["additionalProperties"], f"{p}/additionalProperties", x))
             if "propertyNames" in s:
@@ -259,7 +252,7 @@ class Evaluator:
         out.append(self._dependencies(sub, s, v, depth))
         return _all(out)
 
-    def _dependencies(self, sub: _Sub, s: dict, v: dict, depth: int) -> bool | None:
+    def _dependencies(self, sub: Subschema, s: dict, v: dict, depth: int) -> bool | None:
         p = sub.ptr
         out = []
         for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
@@ -272,10 +265,10 @@ class Evaluator:
                 if isinstance(d, list):
                     out.append(all(r in v for r in d))
                 else:
-                    out.append(self._same(sub, d, f"{p}/{kw}/{_esc(k)}", v, depth))
+                    out.append(self._same(sub, d, f"{p}/{kw}/{pointer_token(k)}", v, depth))
         return _all(out)
 
-    def _array(self, sub: _Sub, s: dict, v, depth: int) -> bool | None:
+    def _array(self, sub: Subschema, s: dict, v, depth: int) -> bool | None:
         if not isinstance(v, list):
             return True
         p = sub.ptr
@@ -298,7 +291,7 @@ class Evaluator:
         if "maxItems" in s:
             out.append(len(v) <= s["maxItems"])
         if s.get("uniqueItems") is True:
-            out.append(len(set(map(_json_key, v))) == len(v))
+            out.append(len(set(map(json_key, v))) == len(v))
         if "contains" in s:
             hits = [self._child(s["contains"], f"{p}/contains", x) for x in v]
             if None in hits:

@@ -1,10 +1,10 @@
 """JSON Schema normalization for json_schema: $ref resolution, allOf merging, anyOf/oneOf
 distribution, keyword collection, and disjointness (JSON Schema semantics) for oneOf.
 
-A schema position is a conjunction of `_Sub`s (schema, JSON pointer, refs on the path). `normalize`
-flattens $ref and allOf, distributes the first anyOf/oneOf (`_Alts`), or merges everything into one
-`_Node` whose child positions are again conjunctions, normalized lazily (so recursion is found by
-the $ref cycle check on the path, not by walking the document).
+A schema position is a conjunction of `Subschema`s (json_schema_model). `normalize` flattens $ref
+and allOf, distributes the first anyOf/oneOf (`Alternatives`), or merges everything into one
+`MergedSchema` whose child positions are again conjunctions, normalized lazily (so recursion is
+found by the $ref cycle check on the path, not by walking the document).
 """
 
 from __future__ import annotations
@@ -13,94 +13,35 @@ import json
 import urllib.parse
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
 
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
 from gdserve.grammar.json_numbers import Bound
-
-_TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")
-_TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "array": {"array"},
-               "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
+from gdserve.grammar.json_patterns import StringSpec, provably_disjoint
+from gdserve.grammar.json_schema_eval import Evaluator, pattern_test
+from gdserve.grammar.json_schema_model import (
+    EXCLUDED_VALUES,
+    FORBIDDEN_NAMES,
+    INSTANCE_TYPES,
+    TYPES_OF_NAME,
+    Alternatives,
+    MergedSchema,
+    Subschema,
+    pointer_token,
+    show_pointer,
+)
+from gdserve.grammar.json_schema_neg import Negator
+from gdserve.grammar.json_values import instance_types, json_key, unique_json
 
 _UNSUPPORTED = {"not", "dependentRequired", "dependentSchemas",
                 "dependencies", "unevaluatedItems", "unevaluatedProperties",
                 "$dynamicRef", "$recursiveRef"}
 _DEPENDENCIES = ("dependentRequired", "dependentSchemas", "dependencies")
 _UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
-# Private keywords of synthesized schemas (json_schema_neg), never in a user's schema:
-FORBID = "\x00forbid"  # [names]: an object has none of them
-NOT_IN = "\x00notIn"  # [values]: the instance equals none of them
 MAX_REWRITE_BRANCHES = 256
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "contains",
                "unevaluatedItems", "unevaluatedProperties", "additionalItems", "contentSchema")
-
-
-def _show(ptr: str) -> str:
-    return ptr or "/"
-
-
-def _esc(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-@dataclass(frozen=True)
-class _Sub:
-    schema: Any
-    ptr: str
-    refs: frozenset  # $ref targets expanded on the way here (cycle detection)
-    skip: frozenset = frozenset()  # keywords already expanded (not to apply twice)
-
-
-@dataclass
-class _Alts:
-    kind: str
-    ptr: str
-    conjs: list[list[_Sub]]
-
-
-@dataclass
-class _Node:
-    ptr: str
-    types: set | None = None
-    enum: list | None = None
-    lo: Bound | None = None
-    hi: Bound | None = None
-    lo_src: tuple = ()
-    hi_src: tuple = ()
-    min_len: int = 0
-    max_len: int | None = None
-    patterns: list = field(default_factory=list)  # (pattern, ptr)
-    formats: list = field(default_factory=list)
-    props: dict = field(default_factory=dict)  # name -> conj
-    required: list = field(default_factory=list)
-    additional: list | None = None
-    prop_names: list | None = None
-    pattern_props: list = field(default_factory=list)  # (pattern, ptr, conj)
-    min_props: int = 0
-    max_props: int | None = None
-    min_props_ptr: str = ""
-    max_props_ptr: str = ""
-    prefix: list = field(default_factory=list)
-    items: list | None = None
-    min_items: int = 0
-    max_items: int | None = None
-    unique: str | None = None  # pointer of uniqueItems: true
-    contains: list = field(default_factory=list)  # (contains sub, minContains, maxContains or None)
-    multiple_of: list = field(default_factory=list)  # (Decimal step > 0, ptr)
-    forbidden: set = field(default_factory=set)  # property names that must be absent
-    # anyOf/oneOf branches of this object that differ only in required / absent declared names:
-    # (kind, ((required, forbidden), ...)), decided by the keys read (json_schema._interleaved)
-    presence: tuple | None = None
-    excluded: list = field(default_factory=list)  # values the instance must not equal
-    from_allof: bool = False
-
-    def unconstrained(self) -> bool:
-        return self == _Node(self.ptr, from_allof=self.from_allof)
-
-    def only_types(self) -> bool:
-        return replace(self, types=None, enum=None) == _Node(self.ptr, from_allof=self.from_allof)
 
 
 @dataclass
@@ -115,56 +56,12 @@ class _Evaluated:
         return bool(self.names or self.patterns or self.num_items or self.everything)
 
 
-def _value_types(v) -> set:
-    if v is None:
-        return {"null"}
-    if isinstance(v, bool):
-        return {"boolean"}
-    if isinstance(v, int):
-        return {"integer"}
-    if isinstance(v, float):
-        return {"integer"} if v.is_integer() else {"fraction"}
-    if isinstance(v, str):
-        return {"string"}
-    if isinstance(v, list):
-        return {"array"}
-    if isinstance(v, dict):
-        return {"object"}
-    raise GrammarError(f"not a JSON value: {v!r}")
-
-
-def _json_equal(a, b) -> bool:
-    return _json_key(a) == _json_key(b)
-
-
-def _json_key(v) -> tuple:
-    """A hashable key, equal exactly for equal JSON values (1 and 1.0 one number, true not 1):
-    membership among thousands of enum values in a set, not pairwise."""
-    if isinstance(v, bool):
-        return (0, v)
-    if isinstance(v, (int, float)):
-        return (1, v)
-    if isinstance(v, list):
-        return (2, tuple(map(_json_key, v)))
-    if isinstance(v, dict):
-        return (3, frozenset((k, _json_key(x)) for k, x in v.items()))
-    return (4, type(v).__name__, v)
-
-
-def _unique_json(values: list) -> list:
-    """values without repeats (_json_equal), first occurrences in order."""
-    out: dict = {}
-    for v in values:
-        out.setdefault(_json_key(v), v)
-    return list(out.values())
-
-
 def _to_decimal(v, kw: str, ptr: str) -> Decimal:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise GrammarError(f"'{kw}' at {_show(ptr)} must be a number")
+        raise GrammarError(f"'{kw}' at {show_pointer(ptr)} must be a number")
     if isinstance(v, float):
         if v != v or v in (float("inf"), float("-inf")):
-            raise GrammarError(f"'{kw}' at {_show(ptr)} must be finite")
+            raise GrammarError(f"'{kw}' at {show_pointer(ptr)} must be finite")
         return Decimal(repr(v))
     return Decimal(v)
 
@@ -173,7 +70,7 @@ def _to_count(v, kw: str, ptr: str) -> int:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise GrammarError(f"'{kw}' at {_show(ptr)} must be a non-negative integer")
+        raise GrammarError(f"'{kw}' at {show_pointer(ptr)} must be a non-negative integer")
     return v
 
 
@@ -199,15 +96,15 @@ class Normalizer:
     # ----------------------------------------------------------------------------- reporting
 
     def unsupported(self, what: str, ptr: str, note: str = "") -> None:
-        msg = f"{what} at {_show(ptr)}" + (f" ({note})" if note else "")
+        msg = f"{what} at {show_pointer(ptr)}" + (f" ({note})" if note else "")
         if not self.lenient:
             raise GrammarError(f"unsupported {msg}" if not what.startswith("unsupported") else msg)
         self.relaxed.append(msg)
 
     def _keyword(self, kw: str, ptr: str) -> None:
         if not self.lenient:
-            raise GrammarError(f"unsupported keyword '{kw}' at {_show(ptr)}")
-        self.relaxed.append(f"{kw} at {_show(ptr)}")
+            raise GrammarError(f"unsupported keyword '{kw}' at {show_pointer(ptr)}")
+        self.relaxed.append(f"{kw} at {show_pointer(ptr)}")
 
     # ----------------------------------------------------------------------------- references
 
@@ -236,7 +133,7 @@ class Normalizer:
             for k in _SCHEMA_MAPS:
                 if isinstance(node.get(k), dict):
                     for name, sub in node[k].items():
-                        walk(sub, f"{ptr}/{k}/{_esc(name)}", base)
+                        walk(sub, f"{ptr}/{k}/{pointer_token(name)}", base)
             for k in _SCHEMA_LISTS + ("items",):
                 if isinstance(node.get(k), list):
                     for i, sub in enumerate(node[k]):
@@ -271,8 +168,8 @@ class Normalizer:
                 return uri, best
         return "", best
 
-    def _resolve(self, ref, sub: _Sub) -> _Sub:
-        where = _show(sub.ptr)
+    def _resolve(self, ref, sub: Subschema) -> Subschema:
+        where = show_pointer(sub.ptr)
         if not isinstance(ref, str):
             raise GrammarError(f"$ref at {where} must be a string")
         base, start = self._base(sub.ptr)
@@ -297,39 +194,39 @@ class Normalizer:
             raise RecursiveSchemaError(f"recursive schema: $ref cycle through #{target} with no object or "
                                        "array in between" if self.rules_mode else
                                        f"recursive schema (cycle through #{target}): needs the grammar path")
-        return _Sub(node, target, sub.refs | {target})
+        return Subschema(node, target, sub.refs | {target})
 
     # ----------------------------------------------------------------------------- normalizing
 
-    def _expand(self, sub: _Sub, out: list[_Sub], reasons: list[str]) -> bool:
+    def _expand(self, sub: Subschema, out: list[Subschema], reasons: list[str]) -> bool:
         s = sub.schema
         if s is True:
             return True
         if s is False:
-            reasons.append(f"false schema at {_show(sub.ptr)}")
+            reasons.append(f"false schema at {show_pointer(sub.ptr)}")
             return False
         if not isinstance(s, dict):
-            raise GrammarError(f"schema at {_show(sub.ptr)} must be an object or a boolean")
+            raise GrammarError(f"schema at {show_pointer(sub.ptr)} must be an object or a boolean")
         if "$ref" in s and "$ref" not in sub.skip:
             if not self._expand(self._resolve(s["$ref"], sub), out, reasons):
                 return False
         if "allOf" in s and "allOf" not in sub.skip:
             branches = s["allOf"]
             if not isinstance(branches, list) or not branches:
-                raise GrammarError(f"allOf at {_show(sub.ptr)} must be a non-empty array")
+                raise GrammarError(f"allOf at {show_pointer(sub.ptr)} must be a non-empty array")
             for i, b in enumerate(branches):
-                if not self._expand(_Sub(b, f"{sub.ptr}/allOf/{i}", sub.refs), out, reasons):
+                if not self._expand(Subschema(b, f"{sub.ptr}/allOf/{i}", sub.refs), out, reasons):
                     return False
         out.append(replace(sub, skip=sub.skip | {"$ref", "allOf"}))
         return True
 
-    def normalize(self, conj: list[_Sub]):
-        """conj -> _Node, _Alts, or None (unsatisfiable)."""
-        flat: list[_Sub] = []
+    def normalize(self, conj: list[Subschema]):
+        """conj -> MergedSchema, Alternatives, or None (unsatisfiable)."""
+        flat: list[Subschema] = []
         reasons: list[str] = []
         for sub in conj:
             if not self._expand(sub, flat, reasons):
-                self.unsat.append(f"schema at {_show(conj[0].ptr)} is unsatisfiable ({reasons[0]})")
+                self.unsat.append(f"schema at {show_pointer(conj[0].ptr)} is unsatisfiable ({reasons[0]})")
                 return None
         finite = self._finite_by_evaluation(flat, conj[0].ptr if conj else "")
         if finite is not False:
@@ -339,10 +236,10 @@ class Normalizer:
                 if kw in sub.schema and kw not in sub.skip:
                     branches = sub.schema[kw]
                     if not isinstance(branches, list) or not branches:
-                        raise GrammarError(f"{kw} at {_show(sub.ptr)} must be a non-empty array")
+                        raise GrammarError(f"{kw} at {show_pointer(sub.ptr)} must be a non-empty array")
                     base = list(flat)
                     base[i] = replace(sub, skip=sub.skip | {kw})
-                    return _Alts(kw, sub.ptr, [base + [_Sub(b, f"{sub.ptr}/{kw}/{j}", sub.refs)]
+                    return Alternatives(kw, sub.ptr, [base + [Subschema(b, f"{sub.ptr}/{kw}/{j}", sub.refs)]
                                                for j, b in enumerate(branches)])
             rewritten = self._rewrite(flat, i, sub)
             if rewritten is not False:
@@ -351,18 +248,22 @@ class Normalizer:
 
     # ---- rewrites into anyOf: not, if/then/else, dependencies
 
-    def negation(self):
+    def negation(self) -> Negator:
         if self._negator is None:
-            from gdserve.grammar.json_schema_neg import Negator
             self._negator = Negator(self._resolve, self._synthesized)
         return self._negator
 
-    def _synth(self, schema: dict, ptr: str, refs: frozenset) -> _Sub:
-        self._synthesized.append(schema)
-        return _Sub(schema, ptr, refs)
+    def evaluation(self) -> Evaluator:
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self._resolve)
+        return self._evaluator
 
-    def _rewrite(self, flat: list[_Sub], i: int, sub: _Sub):
-        """not / if-then-else / dependencies of flat[i] as alternatives (an _Alts), None if that
+    def _synth(self, schema: dict, ptr: str, refs: frozenset) -> Subschema:
+        self._synthesized.append(schema)
+        return Subschema(schema, ptr, refs)
+
+    def _rewrite(self, flat: list[Subschema], i: int, sub: Subschema):
+        """not / if-then-else / dependencies of flat[i] as alternatives (an Alternatives), None if that
         leaves nothing, False if flat[i] has none of them."""
         s = sub.schema
         if not isinstance(s, dict):
@@ -379,48 +280,48 @@ class Normalizer:
             self._keyword(kw, sub.ptr)  # strict: raises; lenient: dropped
             conjs = [[]]
         if not conjs:
-            self.unsat.append(f"schema at {_show(sub.ptr)} is unsatisfiable ('{kw}' excludes every value)")
+            self.unsat.append(f"schema at {show_pointer(sub.ptr)} is unsatisfiable ('{kw}' excludes every value)")
             return None
         if len(conjs) > MAX_REWRITE_BRANCHES:
-            raise GrammarError(f"'{kw}' at {_show(sub.ptr)}: more than {MAX_REWRITE_BRANCHES} alternatives")
+            raise GrammarError(f"'{kw}' at {show_pointer(sub.ptr)}: more than {MAX_REWRITE_BRANCHES} alternatives")
         if len(conjs) == 1:
             return self.normalize(base + conjs[0])
-        return _Alts("anyOf", sub.ptr, [base + c for c in conjs])
+        return Alternatives("anyOf", sub.ptr, [base + c for c in conjs])
 
-    def _rewrite_conjs(self, kw: str, s: dict, sub: _Sub) -> list[list[_Sub]] | None:
+    def _rewrite_conjs(self, kw: str, s: dict, sub: Subschema) -> list[list[Subschema]] | None:
         p, refs = sub.ptr, sub.refs
         if kw in _UNEVALUATED:
             extra = self._unevaluated(kw, s[kw], sub)
             return None if extra is None else [[self._synth(extra, f"{p}/{kw}", refs)] if extra else []]
         if kw == "not":
-            return self.negation().negate(_Sub(s["not"], f"{p}/not", refs))
+            return self.negation().negate(Subschema(s["not"], f"{p}/not", refs))
         if kw == "if":
-            cond = _Sub(s["if"], f"{p}/if", refs)
+            cond = Subschema(s["if"], f"{p}/if", refs)
             neg = self.negation().negate(cond)
             if neg is None:
                 return None
-            then = [_Sub(s["then"], f"{p}/then", refs)] if "then" in s else []
-            other = [_Sub(s["else"], f"{p}/else", refs)] if "else" in s else []
+            then = [Subschema(s["then"], f"{p}/then", refs)] if "then" in s else []
+            other = [Subschema(s["else"], f"{p}/else", refs)] if "else" in s else []
             return [[cond] + then] + [alt + other for alt in neg]
         deps = s[kw]
         if not isinstance(deps, dict):
-            raise GrammarError(f"'{kw}' at {_show(p)} must be an object")
-        conjs: list[list[_Sub]] = [[]]
+            raise GrammarError(f"'{kw}' at {show_pointer(p)} must be an object")
+        conjs: list[list[Subschema]] = [[]]
         for k, d in deps.items():
-            where = f"{p}/{kw}/{_esc(k)}"
-            absent = self._synth({FORBID: [k]}, where, refs)
+            where = f"{p}/{kw}/{pointer_token(k)}"
+            absent = self._synth({FORBIDDEN_NAMES: [k]}, where, refs)
             if isinstance(d, list):
                 present = [self._synth({"required": [k] + [x for x in d if x != k]}, where, refs)]
             else:
-                present = [self._synth({"required": [k]}, where, refs), _Sub(d, where, refs)]
+                present = [self._synth({"required": [k]}, where, refs), Subschema(d, where, refs)]
             conjs = [c + [absent] for c in conjs] + [c + present for c in conjs]
             if len(conjs) > MAX_REWRITE_BRANCHES:
-                raise GrammarError(f"'{kw}' at {_show(p)}: more than {MAX_REWRITE_BRANCHES} alternatives")
+                raise GrammarError(f"'{kw}' at {show_pointer(p)}: more than {MAX_REWRITE_BRANCHES} alternatives")
         return conjs
 
     # ---- unevaluatedProperties / unevaluatedItems, where what is evaluated is static
 
-    def _unevaluated(self, kw: str, value, sub: _Sub) -> dict | None:
+    def _unevaluated(self, kw: str, value, sub: Subschema) -> dict | None:
         """The schema that kw of sub amounts to ({} for none), or None where what is evaluated
         depends on which branches validate (an anyOf, oneOf, if, ... that evaluates some)."""
         arrays = kw == "unevaluatedItems"
@@ -437,10 +338,10 @@ class Normalizer:
         return {"properties": dict.fromkeys(sorted(scope.names), True),
                 "patternProperties": dict.fromkeys(scope.patterns, True), "additionalProperties": value}
 
-    def _collect_evaluated(self, sub: _Sub, arrays: bool, scope: "_Evaluated", top: bool = False) -> bool:
+    def _collect_evaluated(self, sub: Subschema, arrays: bool, scope: "_Evaluated", top: bool = False) -> bool:
         """Add what sub.schema and its in-place applicators ($ref, allOf: _expand's walk) evaluate
         (properties, or items when arrays); False where that depends on validation outcomes."""
-        flat: list[_Sub] = []
+        flat: list[Subschema] = []
         try:
             if not self._expand(replace(sub, skip=frozenset()), flat, []):
                 return True  # a false schema in scope: nothing validates, nothing to evaluate
@@ -466,172 +367,88 @@ class Normalizer:
                 scope.everything |= "additionalProperties" in schema or (nested and "unevaluatedProperties" in schema)
             dynamic = [(b, f"{ptr}/{kw}/{i}") for kw in ("anyOf", "oneOf") for i, b in enumerate(schema.get(kw) or ())]
             dynamic += [(schema[kw], f"{ptr}/{kw}") for kw in ("if", "then", "else") if kw in schema]
-            dynamic += [(b, f"{ptr}/dependentSchemas/{_esc(k)}")
+            dynamic += [(b, f"{ptr}/dependentSchemas/{pointer_token(k)}")
                         for k, b in (schema.get("dependentSchemas") or {}).items()]
             for branch, where in dynamic:
                 probe = _Evaluated()
-                if not self._collect_evaluated(_Sub(branch, where, part.refs), arrays, probe) or probe.evaluates_any():
+                branch_sub = Subschema(branch, where, part.refs)
+                if not self._collect_evaluated(branch_sub, arrays, probe) or probe.evaluates_any():
                     return False
         return True
 
-    def _finite_by_evaluation(self, flat: list[_Sub], ptr: str):
+    def _finite_by_evaluation(self, flat: list[Subschema], ptr: str):
         """Where an enum/const lists the candidates, every keyword (not, oneOf, multipleOf, ...)
-        is applied by evaluating each candidate exactly: a _Node of the survivors, None if none
+        is applied by evaluating each candidate exactly: a MergedSchema of the survivors, None if none
         survives, False where some candidate can't be decided (the keyword path takes over)."""
         cands = next(([s.schema["const"]] if "const" in s.schema else s.schema["enum"]
                       for s in flat if isinstance(s.schema, dict)
                       and ("const" in s.schema or isinstance(s.schema.get("enum"), list))), None)
         if cands is None:
             return False
-        if self._evaluator is None:
-            from gdserve.grammar.json_schema_eval import Evaluator
-            self._evaluator = Evaluator(self._resolve)
         kept = []
         for v in cands:
-            ok = self._evaluator.decide(flat, v)
+            ok = self.evaluation().decide(flat, v)
             if ok is None:
                 return False
             if ok:
                 kept.append(v)
-        kept = _unique_json(kept)
+        kept = unique_json(kept)
         if not kept:
             what = "allOf" if any("/allOf/" in s.ptr[len(ptr):] for s in flat) else "schema"
-            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no enum/const value passes "
+            self.unsat.append(f"{what} at {show_pointer(ptr)} is unsatisfiable (no enum/const value passes "
                               "the other keywords)")
             return None
-        return _Node(ptr, enum=kept)
+        return MergedSchema(ptr, enum=kept)
 
-    def _merge(self, flat: list[_Sub], ptr: str):
-        n = _Node(ptr)
+    def _merge(self, flat: list[Subschema], ptr: str):
+        """Every keyword of flat merged into one MergedSchema, in flat's order (the first invalid
+        keyword is the one reported); None if the merge admits no value."""
+        n = MergedSchema(ptr)
         n.from_allof = any("/allOf/" in s.ptr[len(ptr):] for s in flat)
-        what = "allOf" if n.from_allof else "schema"
         obj_parts, arr_parts = [], []
         for sub in flat:
-            s, p = sub.schema, sub.ptr
-            for kw in s:
-                if kw == "multipleOf" and _is_one(s[kw]):  # integral numbers: integer
-                    n.types = (set(_TYPES) if n.types is None else n.types) - {"fraction"}
-                elif kw == "multipleOf":
-                    n.multiple_of.append((_positive_number(s[kw], f"{p}/multipleOf"), p))
-                elif kw in _UNSUPPORTED and kw not in sub.skip:
-                    self._keyword(kw, p)
-            if "if" in s and ("then" in s or "else" in s) and "if" not in sub.skip:
-                self._keyword("if", p)
-            if FORBID in s:
-                n.forbidden |= set(s[FORBID])
-            if NOT_IN in s:
-                n.excluded = _unique_json(n.excluded + list(s[NOT_IN]))
-            if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
-                raise AssertionError
-            if "type" in s:
-                t = s["type"]
-                names = [t] if isinstance(t, str) else t
-                if not isinstance(names, list) or not names or any(x not in _TYPE_NAMES for x in names):
-                    raise GrammarError(f"invalid 'type' at {_show(p)}: {t!r}")
-                ts = set().union(*(_TYPE_NAMES[x] for x in names))
-                n.types = ts if n.types is None else n.types & ts
-            for kw in ("enum", "const"):
-                if kw not in s:
-                    continue
-                vals = [s["const"]] if kw == "const" else s["enum"]
-                if not isinstance(vals, list):
-                    raise GrammarError(f"'enum' at {_show(p)} must be an array")
-                if n.enum is None:
-                    n.enum = _unique_json(vals)
-                else:
-                    keys = set(map(_json_key, vals))
-                    n.enum = [v for v in n.enum if _json_key(v) in keys]
-            self._bounds(n, s, p)
-            if "minLength" in s:
-                n.min_len = max(n.min_len, _to_count(s["minLength"], "minLength", p))
-            if "maxLength" in s:
-                m = _to_count(s["maxLength"], "maxLength", p)
-                n.max_len = m if n.max_len is None else min(n.max_len, m)
-            if "pattern" in s:
-                if not isinstance(s["pattern"], str):
-                    raise GrammarError(f"'pattern' at {_show(p)} must be a string")
-                if all(s["pattern"] != q for q, _ in n.patterns):
-                    n.patterns.append((s["pattern"], p))
-            if "format" in s:
-                if not isinstance(s["format"], str):
-                    raise GrammarError(f"'format' at {_show(p)} must be a string")
-                if all(s["format"] != q for q, _ in n.formats):
-                    n.formats.append((s["format"], p))
-            # objects
-            if "properties" in s or "additionalProperties" in s or "patternProperties" in s:
-                props = s.get("properties", {})
-                pats = s.get("patternProperties", {})
-                for kw, x in (("properties", props), ("patternProperties", pats)):
-                    if not isinstance(x, dict):
-                        raise GrammarError(f"'{kw}' at {_show(p)} must be an object")
-                ap = s.get("additionalProperties")
-                obj_parts.append((sub, props, None if ap is None else _Sub(ap, f"{p}/additionalProperties", sub.refs),
-                                  {q: _Sub(x, f"{p}/patternProperties/{_esc(q)}", sub.refs) for q, x in pats.items()}))
-            if "required" in s:
-                req = s["required"]
-                if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
-                    raise GrammarError(f"'required' at {_show(p)} must be an array of strings")
-                for r in req:
-                    if r not in n.required:
-                        n.required.append(r)
-            if "propertyNames" in s:
-                n.prop_names = (n.prop_names or []) + [_Sub(s["propertyNames"], f"{p}/propertyNames", sub.refs)]
-            if "minProperties" in s:
-                v = _to_count(s["minProperties"], "minProperties", p)
-                if v > n.min_props:
-                    n.min_props, n.min_props_ptr = v, p
-            if "maxProperties" in s:
-                v = _to_count(s["maxProperties"], "maxProperties", p)
-                if n.max_props is None or v < n.max_props:
-                    n.max_props, n.max_props_ptr = v, p
-            # arrays
-            items = s.get("items")
-            if isinstance(items, list):  # draft 2019 and older: tuple form
-                pre = [_Sub(x, f"{p}/items/{i}", sub.refs) for i, x in enumerate(items)]
-                rest = s.get("additionalItems")
-                arr_parts.append((pre, None if rest is None else _Sub(rest, f"{p}/additionalItems", sub.refs)))
-            elif "prefixItems" in s or "items" in s:
-                pi = s.get("prefixItems", [])
-                if not isinstance(pi, list):
-                    raise GrammarError(f"'prefixItems' at {_show(p)} must be an array")
-                pre = [_Sub(x, f"{p}/prefixItems/{i}", sub.refs) for i, x in enumerate(pi)]
-                arr_parts.append((pre, None if items is None else _Sub(items, f"{p}/items", sub.refs)))
-            if "minItems" in s:
-                n.min_items = max(n.min_items, _to_count(s["minItems"], "minItems", p))
-            if "maxItems" in s:
-                m = _to_count(s["maxItems"], "maxItems", p)
-                n.max_items = m if n.max_items is None else min(n.max_items, m)
-            if s.get("uniqueItems") is True and n.unique is None:
-                n.unique = p
-            if "contains" in s:
-                hi = s.get("maxContains")
-                n.contains.append((_Sub(s["contains"], f"{p}/contains", sub.refs),
-                                   _to_count(s.get("minContains", 1), "minContains", p),
-                                   None if hi is None else _to_count(hi, "maxContains", p)))
+            self._merge_in_key_order(n, sub)
+            _merge_private(n, sub)
+            _merge_type_enum(n, sub.schema, sub.ptr)
+            _merge_bounds(n, sub.schema, sub.ptr)
+            _merge_string(n, sub.schema, sub.ptr)
+            obj_parts += _merge_object(n, sub)
+            arr_parts += _merge_array(n, sub)
         # properties of one part meet the additionalProperties of the others
         if obj_parts:
             self._merge_properties(n, obj_parts)
         if arr_parts:
-            width = max(len(pre) for pre, _ in arr_parts)
-            for i in range(width):
-                n.prefix.append([pre[i] if i < len(pre) else rest
-                                 for pre, rest in arr_parts if i < len(pre) or rest is not None])
-            rests = [rest for _, rest in arr_parts if rest is not None]
-            n.items = rests or None
-        # emptiness checks
+            _merge_items(n, arr_parts)
+        return self._satisfiable(n, "allOf" if n.from_allof else "schema")
+
+    def _merge_in_key_order(self, n: MergedSchema, sub: Subschema) -> None:
+        """multipleOf, and the keywords left for a rewrite that did not happen, in key order."""
+        s, p = sub.schema, sub.ptr
+        for kw in s:
+            if kw == "multipleOf" and _is_one(s[kw]):  # integral numbers: integer
+                n.types = (set(INSTANCE_TYPES) if n.types is None else n.types) - {"fraction"}
+            elif kw == "multipleOf":
+                n.multiple_of.append((_positive_number(s[kw], f"{p}/multipleOf"), p))
+            elif kw in _UNSUPPORTED and kw not in sub.skip:
+                self._keyword(kw, p)
+        if "if" in s and ("then" in s or "else" in s) and "if" not in sub.skip:
+            self._keyword("if", p)
+
+    def _satisfiable(self, n: MergedSchema, what: str) -> MergedSchema | None:
+        """n, its excluded values taken out of its enum; None if no type or no value is left."""
         if n.types is not None and not n.types:
-            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no type is allowed by all parts)")
+            self.unsat.append(f"{what} at {show_pointer(n.ptr)} is unsatisfiable (no type is allowed by all parts)")
             return None
         if n.enum is not None and n.excluded:
-            excluded = set(map(_json_key, n.excluded))
-            n.enum = [v for v in n.enum if _json_key(v) not in excluded]
+            excluded = set(map(json_key, n.excluded))
+            n.enum = [v for v in n.enum if json_key(v) not in excluded]
             n.excluded = []
         if n.enum is not None and not n.enum:
-            self.unsat.append(f"{what} at {_show(ptr)} is unsatisfiable (no value is in every enum/const)")
+            self.unsat.append(f"{what} at {show_pointer(n.ptr)} is unsatisfiable (no value is in every enum/const)")
             return None
         return n
 
-    def _merge_properties(self, n: _Node, parts: list) -> None:
+    def _merge_properties(self, n: MergedSchema, parts: list) -> None:
         """properties, patternProperties and additionalProperties of the parts (sub, props, ap,
         pats): a declared name takes its properties, every pattern that matches it, and where
         neither applies the part's additionalProperties."""
@@ -646,7 +463,7 @@ class Normalizer:
             for sub, props, ap, pats in parts:
                 hits = self._matching_patterns(pats, k)
                 if k in props:
-                    conj.append(_Sub(props[k], f"{sub.ptr}/properties/{_esc(k)}", sub.refs))
+                    conj.append(Subschema(props[k], f"{sub.ptr}/properties/{pointer_token(k)}", sub.refs))
                 conj += hits
                 if k not in props and not hits and ap is not None:
                     conj.append(ap)
@@ -661,8 +478,7 @@ class Normalizer:
         aps = [ap for _, _, ap, _ in parts if ap is not None]
         n.additional = aps or None
 
-    def _matching_patterns(self, pats: dict, name: str) -> list[_Sub]:
-        from gdserve.grammar.json_schema_eval import pattern_test
+    def _matching_patterns(self, pats: dict, name: str) -> list[Subschema]:
         hits = []
         for q, x in pats.items():
             r = pattern_test(q, name)
@@ -672,53 +488,31 @@ class Normalizer:
                 hits.append(x)
         return hits
 
-    def _bounds(self, n: _Node, s: dict, p: str) -> None:
-        for side in ("minimum", "maximum"):
-            ex_kw = "exclusiveMinimum" if side == "minimum" else "exclusiveMaximum"
-            cands = []
-            if side in s:
-                ex = s.get(ex_kw) is True  # draft 4
-                cands.append((Bound(_to_decimal(s[side], side, p), ex), ex_kw if ex else side, s[side]))
-            if ex_kw in s and not isinstance(s[ex_kw], bool):
-                cands.append((Bound(_to_decimal(s[ex_kw], ex_kw, p), True), ex_kw, s[ex_kw]))
-            for b, kw, raw in cands:
-                if side == "minimum":
-                    cur = n.lo
-                    if cur is None or b.value > cur.value or (b.value == cur.value and b.exclusive):
-                        n.lo, n.lo_src = b, (kw, p, raw)
-                else:
-                    cur = n.hi
-                    if cur is None or b.value < cur.value or (b.value == cur.value and b.exclusive):
-                        n.hi, n.hi_src = b, (kw, p, raw)
-
     # ---- disjointness (for oneOf and tuple uniqueness), in JSON Schema semantics
 
-    def _pairwise_disjoint(self, conjs: list[list[_Sub]]) -> bool:
+    def _pairwise_disjoint(self, conjs: list[list[Subschema]]) -> bool:
         nodes = [self._peek(c) for c in conjs]
         return all(self._disjoint_conjs(nodes, conjs, i, j)
                    for i in range(len(nodes)) for j in range(i + 1, len(nodes)))
 
-    def _disjoint_conjs(self, nodes: list, conjs: list[list[_Sub]], i: int, j: int) -> bool:
+    def _disjoint_conjs(self, nodes: list, conjs: list[list[Subschema]], i: int, j: int) -> bool:
         if self._disjoint(nodes[i], nodes[j], 2):
             return True
         return self._enum_outside(nodes[i], conjs[j]) or self._enum_outside(nodes[j], conjs[i])
 
-    def _enum_outside(self, node, conj: list[_Sub]) -> bool:
+    def _enum_outside(self, node, conj: list[Subschema]) -> bool:
         """node's enum values all fail conj (evaluated exactly)."""
-        if not isinstance(node, _Node) or node.enum is None:
+        if not isinstance(node, MergedSchema) or node.enum is None:
             return False
-        if self._evaluator is None:
-            from gdserve.grammar.json_schema_eval import Evaluator
-            self._evaluator = Evaluator(self._resolve)
-        return all(self._evaluator.decide(conj, v) is False for v in node.enum)
+        return all(self.evaluation().decide(conj, v) is False for v in node.enum)
 
-    def exclusive_branches(self, alts: _Alts) -> tuple[list[list[list[_Sub]]], bool] | None:
+    def exclusive_branches(self, alts: Alternatives) -> tuple[list[list[list[Subschema]]], bool] | None:
         """oneOf as anyOf of exclusive alternatives: branch i and not every branch j that may
         overlap it (oneOf(A, B) = A and not B, or B and not A). Returns per branch its
         alternatives, and whether some negation was partial (a subset: narrowed); None if a
         negation is out of reach. Each conj is the shared siblings followed by its branch."""
         nodes = [self._peek(c) for c in alts.conjs]
-        out: list[list[list[_Sub]]] = []
+        out: list[list[list[Subschema]]] = []
         partial = False
         for i, conj in enumerate(alts.conjs):
             mine = [conj]
@@ -736,7 +530,7 @@ class Normalizer:
         return out, partial
 
     def _peek(self, conj):
-        """The normalized node of conj for disjointness checks (None if unsatisfiable, an _Alts
+        """The normalized node of conj for disjointness checks (None if unsatisfiable, an Alternatives
         as is); errors are left for compile() to raise."""
         saved = list(self.unsat)
         try:
@@ -750,9 +544,9 @@ class Normalizer:
         if a is None or b is None:
             return True
         for x, y in ((a, b), (b, a)):
-            if isinstance(x, _Alts) and depth > 0:  # every alternative of x is disjoint from y
+            if isinstance(x, Alternatives) and depth > 0:  # every alternative of x is disjoint from y
                 return all(self._disjoint(self._peek(c), y, depth - 1) for c in x.conjs)
-        if not isinstance(a, _Node) or not isinstance(b, _Node):
+        if not isinstance(a, MergedSchema) or not isinstance(b, MergedSchema):
             return False
         ta = _effective_types(a)
         tb = _effective_types(b)
@@ -760,7 +554,7 @@ class Normalizer:
         if not common:
             return True
         if a.enum is not None and b.enum is not None:
-            return not set(map(_json_key, a.enum)) & set(map(_json_key, b.enum))
+            return not set(map(json_key, a.enum)) & set(map(json_key, b.enum))
         if common <= {"integer", "fraction"}:
             return _ranges_disjoint(a, b)
         if common == {"string"} and _patterns_disjoint(a, b):
@@ -778,6 +572,148 @@ class Normalizer:
         return False
 
 
+def _merge_private(n: MergedSchema, sub: Subschema) -> None:
+    """The private keywords of synthesized schemas (json_schema_neg)."""
+    s = sub.schema
+    if FORBIDDEN_NAMES in s:
+        n.forbidden |= set(s[FORBIDDEN_NAMES])
+    if EXCLUDED_VALUES in s:
+        n.excluded = unique_json(n.excluded + list(s[EXCLUDED_VALUES]))
+    if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
+        raise AssertionError
+
+
+def _merge_type_enum(n: MergedSchema, s: dict, p: str) -> None:
+    if "type" in s:
+        t = s["type"]
+        names = [t] if isinstance(t, str) else t
+        if not isinstance(names, list) or not names or any(x not in TYPES_OF_NAME for x in names):
+            raise GrammarError(f"invalid 'type' at {show_pointer(p)}: {t!r}")
+        ts = set().union(*(TYPES_OF_NAME[x] for x in names))
+        n.types = ts if n.types is None else n.types & ts
+    for kw in ("enum", "const"):
+        if kw not in s:
+            continue
+        vals = [s["const"]] if kw == "const" else s["enum"]
+        if not isinstance(vals, list):
+            raise GrammarError(f"'enum' at {show_pointer(p)} must be an array")
+        if n.enum is None:
+            n.enum = unique_json(vals)
+        else:
+            keys = set(map(json_key, vals))
+            n.enum = [v for v in n.enum if json_key(v) in keys]
+
+
+def _merge_bounds(n: MergedSchema, s: dict, p: str) -> None:
+    for side in ("minimum", "maximum"):
+        ex_kw = "exclusiveMinimum" if side == "minimum" else "exclusiveMaximum"
+        cands = []
+        if side in s:
+            ex = s.get(ex_kw) is True  # draft 4
+            cands.append((Bound(_to_decimal(s[side], side, p), ex), ex_kw if ex else side, s[side]))
+        if ex_kw in s and not isinstance(s[ex_kw], bool):
+            cands.append((Bound(_to_decimal(s[ex_kw], ex_kw, p), True), ex_kw, s[ex_kw]))
+        for b, kw, raw in cands:
+            if side == "minimum":
+                cur = n.lo
+                if cur is None or b.value > cur.value or (b.value == cur.value and b.exclusive):
+                    n.lo, n.lo_src = b, (kw, p, raw)
+            else:
+                cur = n.hi
+                if cur is None or b.value < cur.value or (b.value == cur.value and b.exclusive):
+                    n.hi, n.hi_src = b, (kw, p, raw)
+
+
+def _merge_string(n: MergedSchema, s: dict, p: str) -> None:
+    if "minLength" in s:
+        n.min_len = max(n.min_len, _to_count(s["minLength"], "minLength", p))
+    if "maxLength" in s:
+        m = _to_count(s["maxLength"], "maxLength", p)
+        n.max_len = m if n.max_len is None else min(n.max_len, m)
+    for kw, merged in (("pattern", n.patterns), ("format", n.formats)):
+        if kw in s:
+            if not isinstance(s[kw], str):
+                raise GrammarError(f"'{kw}' at {show_pointer(p)} must be a string")
+            if all(s[kw] != q for q, _ in merged):
+                merged.append((s[kw], p))
+
+
+def _merge_object(n: MergedSchema, sub: Subschema) -> list[tuple]:
+    """The object keywords of sub merged into n, but for its properties: returned as a part
+    (sub, properties, additionalProperties, patternProperties) for Normalizer._merge_properties."""
+    s, p = sub.schema, sub.ptr
+    parts = []
+    if "properties" in s or "additionalProperties" in s or "patternProperties" in s:
+        props = s.get("properties", {})
+        pats = s.get("patternProperties", {})
+        for kw, x in (("properties", props), ("patternProperties", pats)):
+            if not isinstance(x, dict):
+                raise GrammarError(f"'{kw}' at {show_pointer(p)} must be an object")
+        ap = s.get("additionalProperties")
+        parts.append((sub, props, None if ap is None else Subschema(ap, f"{p}/additionalProperties", sub.refs),
+                      {q: Subschema(x, f"{p}/patternProperties/{pointer_token(q)}", sub.refs)
+                       for q, x in pats.items()}))
+    if "required" in s:
+        req = s["required"]
+        if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
+            raise GrammarError(f"'required' at {show_pointer(p)} must be an array of strings")
+        for r in req:
+            if r not in n.required:
+                n.required.append(r)
+    if "propertyNames" in s:
+        n.prop_names = (n.prop_names or []) + [Subschema(s["propertyNames"], f"{p}/propertyNames", sub.refs)]
+    if "minProperties" in s:
+        v = _to_count(s["minProperties"], "minProperties", p)
+        if v > n.min_props:
+            n.min_props, n.min_props_ptr = v, p
+    if "maxProperties" in s:
+        v = _to_count(s["maxProperties"], "maxProperties", p)
+        if n.max_props is None or v < n.max_props:
+            n.max_props, n.max_props_ptr = v, p
+    return parts
+
+
+def _merge_array(n: MergedSchema, sub: Subschema) -> list[tuple]:
+    """The array keywords of sub merged into n, but for its items: returned as a part
+    (prefix subschemas, the rest's subschema or None) for _merge_items."""
+    s, p = sub.schema, sub.ptr
+    parts = []
+    items = s.get("items")
+    if isinstance(items, list):  # draft 2019 and older: tuple form
+        pre = [Subschema(x, f"{p}/items/{i}", sub.refs) for i, x in enumerate(items)]
+        rest = s.get("additionalItems")
+        parts.append((pre, None if rest is None else Subschema(rest, f"{p}/additionalItems", sub.refs)))
+    elif "prefixItems" in s or "items" in s:
+        pi = s.get("prefixItems", [])
+        if not isinstance(pi, list):
+            raise GrammarError(f"'prefixItems' at {show_pointer(p)} must be an array")
+        pre = [Subschema(x, f"{p}/prefixItems/{i}", sub.refs) for i, x in enumerate(pi)]
+        parts.append((pre, None if items is None else Subschema(items, f"{p}/items", sub.refs)))
+    if "minItems" in s:
+        n.min_items = max(n.min_items, _to_count(s["minItems"], "minItems", p))
+    if "maxItems" in s:
+        m = _to_count(s["maxItems"], "maxItems", p)
+        n.max_items = m if n.max_items is None else min(n.max_items, m)
+    if s.get("uniqueItems") is True and n.unique is None:
+        n.unique = p
+    if "contains" in s:
+        hi = s.get("maxContains")
+        n.contains.append((Subschema(s["contains"], f"{p}/contains", sub.refs),
+                           _to_count(s.get("minContains", 1), "minContains", p),
+                           None if hi is None else _to_count(hi, "maxContains", p)))
+    return parts
+
+
+def _merge_items(n: MergedSchema, parts: list[tuple]) -> None:
+    """Position i of the array takes every part's prefix schema i, or that part's rest schema."""
+    width = max(len(pre) for pre, _ in parts)
+    for i in range(width):
+        n.prefix.append([pre[i] if i < len(pre) else rest
+                         for pre, rest in parts if i < len(pre) or rest is not None])
+    rests = [rest for _, rest in parts if rest is not None]
+    n.items = rests or None
+
+
 def _positive_number(v, ptr: str) -> Decimal:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
         raise GrammarError(f"{ptr} must be a number greater than 0, got {json.dumps(v)}")
@@ -788,19 +724,19 @@ def _is_one(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and v == 1
 
 
-def _closed(n: _Node) -> bool:
+def _closed(n: MergedSchema) -> bool:
     """additionalProperties: false and no patternProperties (in JSON Schema semantics)."""
     return not n.pattern_props and n.additional is not None and any(s.schema is False for s in n.additional)
 
 
-def _effective_types(n: _Node) -> set:
-    t = set(n.types) if n.types is not None else set(_TYPES)
+def _effective_types(n: MergedSchema) -> set:
+    t = set(n.types) if n.types is not None else set(INSTANCE_TYPES)
     if n.enum is not None:
-        t &= set().union(*(_value_types(v) for v in n.enum)) if n.enum else set()
+        t &= set().union(*(instance_types(v) for v in n.enum)) if n.enum else set()
     return t
 
 
-def _ranges_disjoint(a: _Node, b: _Node) -> bool:
+def _ranges_disjoint(a: MergedSchema, b: MergedSchema) -> bool:
     def below(hi: Bound | None, lo: Bound | None) -> bool:  # everything <= hi is < lo
         if hi is None or lo is None:
             return False
@@ -809,11 +745,10 @@ def _ranges_disjoint(a: _Node, b: _Node) -> bool:
     return below(a.hi, b.lo) or below(b.hi, a.lo)
 
 
-def _patterns_disjoint(a: _Node, b: _Node) -> bool:
+def _patterns_disjoint(a: MergedSchema, b: MergedSchema) -> bool:
     """Some pattern of a and some pattern of b match no common string (first characters differ)."""
-    from gdserve.grammar.json_patterns import StringSpec, provably_disjoint
 
-    def specs(n: _Node) -> list:
+    def specs(n: MergedSchema) -> list:
         out = []
         for q, _ in n.patterns:
             try:

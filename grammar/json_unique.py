@@ -26,11 +26,13 @@ import numpy as np
 import torch
 
 from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg import CfgGrammar
 from gdserve.grammar.json_unique_paths import Path, unique_array_paths
 from gdserve.grammar.json_unique_scan import Scan, Scanner, decoded_prefix, items_read, path_matcher
 from gdserve.grammar.matcher import Grammar, write_row
 from gdserve.grammar.token_index import TokenTrie
+from gdserve.kernels.bitmask import clear_bits, unpack_words
 
 MAX_SEARCH_STEPS = 4096   # bytes one viability search tries before refusing the token
 # Bytes in the order the search tries them: what closes an item first, then what spells one,
@@ -125,7 +127,8 @@ class UniqueItemsMatcher:
         self.trie: TokenTrie = grammar.base.trie if self.walk.cfg else grammar.base.index.trie
         self.tables = _VocabTables.of(self.trie)
         self._scans: list[Scan] = [Scan()]
-        self._viability: dict[tuple, bool] = {}  # (state, scan, budget) -> _search's answer
+        # (state, scan, budget) -> _search's answer
+        self._viability: BoundedCache[tuple, bool] = BoundedCache(MAX_CACHED_VIABILITY)
 
     # ---- the grammar contract ------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -149,8 +152,7 @@ class UniqueItemsMatcher:
         words = row.numpy().view(np.uint32).copy()
         refused = [t for t in self._candidates(row).tolist() if not self._fits(t, budget)]
         if refused:
-            ids = np.array(refused, dtype=np.int64)
-            np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
+            clear_bits(words, refused)
         return words
 
     def accept_token(self, token_id: int) -> bool:
@@ -208,9 +210,7 @@ class UniqueItemsMatcher:
         found = self._viability.get(key)
         if found is None:
             checkpoint()
-            if len(self._viability) >= MAX_CACHED_VIABILITY:
-                self._viability.clear()
-            found = self._viability[key] = self._search(scan, state, budget)
+            found = self._viability.put(key, self._search(scan, state, budget))
         return found
 
     def _search(self, start: Scan, state, budget: int | None) -> bool:
@@ -252,7 +252,7 @@ class UniqueItemsMatcher:
         """The allowed tokens that might complete a duplicate or leave a hopeless item open."""
         scan, t = self._scans[-1], self.tables
         n = min(self.trie.size, self.grammar.vocab_size)
-        bits = np.unpackbits(row.numpy().view(np.uint8), bitorder="little")[:n].astype(bool)
+        bits = unpack_words(row.numpy(), n)
         seen = scan.seen
         if seen is None:
             risky = t.closing[:n] if scan.in_unique_array() else t.opens_then_comma[:n]

@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_schema_norm import _esc, _show
+from gdserve.grammar.json_schema_model import pointer_token, show_pointer
 
 ITEM = 0      # path step: an array item, any position
 ANY_KEY = 1   # path step: an object member whose key no declared property names
@@ -36,7 +36,7 @@ def unique_array_paths(schema: object, pointers: list[str]) -> frozenset[Path]:
     walk.visit(schema, "", (), frozenset())
     missing = set(pointers) - walk.found
     if missing:
-        raise GrammarError(f"unsupported uniqueItems at {_show(min(missing))} (its place in the "
+        raise GrammarError(f"unsupported uniqueItems at {show_pointer(min(missing))} (its place in the "
                            "instance cannot be located)")
     return frozenset(walk.paths)
 
@@ -62,7 +62,7 @@ class _Walk:
             return
         self.visits += 1
         if self.visits > MAX_VISITS:
-            raise GrammarError(f"unsupported uniqueItems at {_show(min(self.pointers))} (the schema "
+            raise GrammarError(f"unsupported uniqueItems at {show_pointer(min(self.pointers))} (the schema "
                                f"has more than {MAX_VISITS} positions to search for it)")
         if schema.get("uniqueItems") is True and ptr in self.pointers:
             self.found.add(ptr)
@@ -80,18 +80,18 @@ class _Walk:
         if target in refs:
             if self._reaches_unique(target):
                 raise GrammarError(f"unsupported uniqueItems inside the recursive schema at "
-                                   f"{_show(target)} (unique arrays at unbounded depth)")
+                                   f"{show_pointer(target)} (unique arrays at unbounded depth)")
             return
         node = _pointer(self.root, target)
         self.visit(node, target, path, refs | {target})
 
     def _children(self, s: dict, ptr: str, path: Path, refs: frozenset[str]) -> None:
         for k, sub in _dict(s.get("properties")).items():
-            self.visit(sub, f"{ptr}/properties/{_esc(k)}", path + (k,), refs)
+            self.visit(sub, f"{ptr}/properties/{pointer_token(k)}", path + (k,), refs)
         for k, sub in _dict(s.get("patternProperties")).items():
-            self.visit(sub, f"{ptr}/patternProperties/{_esc(k)}", path + (ANY_KEY,), refs)
+            self.visit(sub, f"{ptr}/patternProperties/{pointer_token(k)}", path + (ANY_KEY,), refs)
         for k, sub in _dict(s.get("dependentSchemas")).items():
-            self.visit(sub, f"{ptr}/dependentSchemas/{_esc(k)}", path, refs)
+            self.visit(sub, f"{ptr}/dependentSchemas/{pointer_token(k)}", path, refs)
         for kw in _ANY_KEY_ONE:
             self.visit(s.get(kw), f"{ptr}/{kw}", path + (ANY_KEY,), refs)
         for kw in _ITEM_ONE:

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
-from gdserve.kernels.bitmask import bitmask_width, pack_words
+from gdserve.kernels.bitmask import bitmask_width, pack_words, set_bits
 
 TERMINATED = -1  # the state after EOS
 MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is not computed (~50 ms)
@@ -47,8 +48,9 @@ class Grammar:
     _steps: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _max_next: dict[int, int] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)  # per state: the farthest next state's distance
-    _next_distances: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False,
-                                                   compare=False)  # see next_distances
+    _next_distances: BoundedCache[int, np.ndarray] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_NEXT_DISTANCES, policy="lru"),
+        init=False, repr=False, compare=False)  # see next_distances
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
@@ -56,7 +58,8 @@ class Grammar:
         return {name: self.__dict__[name] for name in fields if name in self.__dict__}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _masks={}, _steps={}, _max_next={}, _next_distances={})
+        self.__dict__.update(state, _masks={}, _steps={}, _max_next={},
+                             _next_distances=BoundedCache(MAX_CACHED_NEXT_DISTANCES, policy="lru"))
 
     def prepare_budgets(self) -> "Grammar":
         """Compute what the first masks and budget rows read (the states within a token of the
@@ -131,13 +134,11 @@ class Grammar:
         (-1: not allowed; INT32_MAX: allowed, but completion is out of reach). Cached for the
         states most recently used near their budget (least recently used out first): the
         sequences of one schema meet the same few (an unbounded string's) step after step."""
-        dist = self._next_distances.pop(state, None)
+        dist = self._next_distances.lookup(state)
         if dist is None:
             checkpoint()
-            if len(self._next_distances) >= MAX_CACHED_NEXT_DISTANCES:
-                del self._next_distances[next(iter(self._next_distances))]
-            dist = self.index.next_distances(state, self.vocab_size)  # -1 past the tokenizer
-        self._next_distances[state] = dist  # now the most recently used
+            dist = self._next_distances.put(  # -1 past the tokenizer
+                state, self.index.next_distances(state, self.vocab_size))
         return dist
 
     def _fits(self, state: int, budget: int) -> bool:
@@ -189,11 +190,9 @@ class Grammar:
                         dtype=np.int64)
 
     def _with_eos(self, words: np.ndarray, eos: bool) -> torch.Tensor:
-        # Token i is bit i % 32 of word i // 32 (little-endian words, as xgrammar's layout).
         # EOS ids hold no bytes in the trie, so their bits are still clear here.
         if eos and len(self._eos_array):
-            ids = self._eos_array
-            np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+            set_bits(words, self._eos_array)
         return torch.from_numpy(words.view(np.int32))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.regex import _class_end
 
@@ -137,17 +138,15 @@ def parse(text: str) -> Node:
     return node
 
 
-_GROUPS: dict[str, Node] = {}  # group or regex text -> its tree (short texts only)
-_GROUP_TEXT_MAX = 4096
 _GROUPS_MAX = 100_000
+_GROUPS: BoundedCache[str, Node] = BoundedCache(_GROUPS_MAX)  # group or regex text -> its tree (short texts only)
+_GROUP_TEXT_MAX = 4096
 _SYNTAX = re.compile(r"\\.|[\[\]()|]", re.S)
 
 
 def _remember(text: str, node: Node) -> None:
     if len(text) <= _GROUP_TEXT_MAX:
-        if len(_GROUPS) >= _GROUPS_MAX:
-            _GROUPS.clear()
-        _GROUPS[text] = node
+        _GROUPS.put(text, node)
 
 
 def _group_ends(text: str) -> dict[int, int]:

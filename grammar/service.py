@@ -23,12 +23,13 @@ import json
 import os
 import pickle
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.compile_worker import WorkerDied, WorkerProcess
 from gdserve.grammar.disk_cache import DiskCache
 from gdserve.grammar.errors import GrammarError
@@ -48,24 +49,6 @@ class CompilerUnavailableError(GrammarError):
 
 
 # ---- service side ------------------------------------------------------------------------------
-class LRU(OrderedDict):
-    def __init__(self, max_size: int):
-        super().__init__()
-        self.max_size = max_size
-
-    def get_fresh(self, key):
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return None
-
-    def put(self, key, value) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.max_size:
-            self.popitem(last=False)
-
-
 def _running_future() -> Future:
     """Shared by every caller of the same spec, so no caller may cancel it for the others."""
     future = Future()
@@ -129,8 +112,8 @@ class CompileService:
         self.memory_limit_mb = memory_limit_mb
         # Pickled here, once: in a lane's thread it would hold the GIL while submit() waits on it.
         self._vocab_message = pickle.dumps((self.vocab, memory_limit_mb), protocol=pickle.HIGHEST_PROTOCOL)
-        self._grammars = LRU(cache_size)
-        self._errors = LRU(min(cache_size, ERROR_CACHE_SIZE))
+        self._grammars = BoundedCache(cache_size, policy="lru")
+        self._errors = BoundedCache(min(cache_size, ERROR_CACHE_SIZE), policy="lru")
         self._pending: dict[tuple, _Job] = {}
         self._queue: deque[_Job] = deque()
         self._lock = threading.RLock()
@@ -148,7 +131,7 @@ class CompileService:
         with self._lock:
             if self._closed:
                 raise RuntimeError("CompileService is closed")
-            cached = self._grammars.get_fresh(key) or self._errors.get_fresh(key)
+            cached = self._grammars.lookup(key) or self._errors.lookup(key)
             if cached is not None:
                 return cached
             stored = self._disk.get(key) if self._disk is not None else None

@@ -24,10 +24,11 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
-from gdserve.kernels.bitmask import pack_words
+from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits
 
 BYTE_EOS = 256
 UNREACHABLE = np.iinfo(np.int64).max // 2
@@ -267,9 +268,12 @@ class TokenTrie:
     token_node: np.ndarray  # int32 [V]: where each token id ends; -1 for none (special, EOS)
     token_data: bytes = field(repr=False)  # token_data[offsets[i]:offsets[i + 1]]: token i's bytes
     offsets: np.ndarray = field(repr=False)  # int64 [V + 1]
-    _pure: dict[bytes, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
-    _pure_tokens: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
-    _pure_rows: dict[tuple[bytes, int, int], tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
+    _pure: BoundedCache[bytes, tuple[np.ndarray, int]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_LOOPS), repr=False)
+    _pure_tokens: BoundedCache[bytes, np.ndarray] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_LOOPS), repr=False)
+    _pure_rows: BoundedCache[tuple[bytes, int, int], tuple[np.ndarray, int]] = field(
+        default_factory=lambda: BoundedCache(MAX_CACHED_PURE_ROWS), repr=False)
     _first_words: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __reduce__(self):
@@ -287,12 +291,11 @@ class TokenTrie:
         (shared by the tokenizer's grammars)."""
         out = self._first_words.get(vocab_size)
         if out is None:
-            out = np.zeros((256, (vocab_size + 31) // 32), dtype=np.uint32)
+            out = np.zeros((256, bitmask_width(vocab_size)), dtype=np.uint32)
             starts = np.flatnonzero(self.depth == 1)
             for node, first in zip(starts.tolist(), self.byte[starts].tolist()):
                 ids = self.tok_ids[self.tok_ptr[node]:self.tok_ptr[self.skip[node]]]
-                ids = ids[ids < vocab_size].astype(np.int64)
-                np.bitwise_or.at(out[first], ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+                set_bits(out[first], ids[ids < vocab_size])
             self._first_words[vocab_size] = out
         return out
 
@@ -302,13 +305,11 @@ class TokenTrie:
         strings' few character sets)."""
         pure = self._pure.get(loop)
         if pure is None:
-            if len(self._pure) >= MAX_CACHED_LOOPS:
-                self._pure.clear()
             inside = _unpack_set(loop)
             outside = np.concatenate([[0], np.cumsum(~inside[self.byte], dtype=np.int32)])
             nodes = np.arange(len(self.byte))
             array = (outside[self.skip] == outside[nodes + 1]).astype(np.uint8)
-            pure = self._pure[loop] = (array, _ptr(array))
+            pure = self._pure.put(loop, (array, _ptr(array)))
         return pure
 
     def pure_row(self, loop: bytes, max_len: int, vocab_size: int) -> tuple[np.ndarray, int]:
@@ -319,10 +320,8 @@ class TokenTrie:
         key = (loop, max_len, vocab_size)
         row = self._pure_rows.get(key)
         if row is None:
-            if len(self._pure_rows) >= MAX_CACHED_PURE_ROWS:
-                self._pure_rows.clear()
             keep = self.pure_lengths(loop)[:vocab_size] <= max_len
-            row = self._pure_rows[key] = (pack_words(keep, vocab_size), int(keep.sum()))
+            row = self._pure_rows.put(key, (pack_words(keep, vocab_size), int(keep.sum())))
         return row
 
     def pure_lengths(self, loop: bytes) -> np.ndarray:
@@ -330,14 +329,12 @@ class TokenTrie:
         max_len reaches (tokens without bytes included); cached per byte set."""
         lengths = self._pure_tokens.get(loop)
         if lengths is None:
-            if len(self._pure_tokens) >= MAX_CACHED_LOOPS:
-                self._pure_tokens.clear()
             inside = _unpack_set(loop)
             data = np.frombuffer(self.token_data, dtype=np.uint8)
             outside = np.concatenate([[0], np.cumsum(~inside[data], dtype=np.int64)])
             lengths = np.diff(self.offsets)
             pure = (outside[self.offsets[1:]] == outside[self.offsets[:-1]]) & (lengths > 0) & (self.token_node >= 0)
-            lengths = self._pure_tokens[loop] = np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32)
+            lengths = self._pure_tokens.put(loop, np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32))
         return lengths
 
     @cached_property
@@ -520,8 +517,8 @@ class TokenIndex:
         return _ptr(self._class_bytes)
 
     @cached_property
-    def _loops(self) -> dict[int, Loops]:
-        return {}
+    def _loops(self) -> BoundedCache[int, Loops]:
+        return BoundedCache(MAX_CACHED_LOOP_STATES)
 
     @cached_property
     def _scratch(self) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
@@ -547,11 +544,8 @@ class TokenIndex:
         out = self._loops.get(state)
         if out is None:
             self.prepare(state)
-            if len(self._loops) > MAX_CACHED_LOOP_STATES:
-                self._loops.clear()
             n, base = self._find_loops(state, accept, split)
-            out = self._based_loops(*base) if base else self._loop_table(n)
-            self._loops[state] = out
+            out = self._loops.put(state, self._based_loops(*base) if base else self._loop_table(n))
         return out
 
     def _find_loops(self, state: int, accept: np.ndarray | None, split: bool) -> tuple[int, tuple | None]:
@@ -575,14 +569,12 @@ class TokenIndex:
             return out
         table = self._tables.get(state)
         if table is None:
-            if len(self._tables) > MAX_CACHED_LOOP_STATES:
-                self._tables.clear()
-            table = self._tables[state] = self._loop_table(self._find_loops(state, accept, split)[0])
+            table = self._tables.put(state, self._loop_table(self._find_loops(state, accept, split)[0]))
         return table
 
     @cached_property
-    def _tables(self) -> dict[int, Loops]:
-        return {}
+    def _tables(self) -> BoundedCache[int, Loops]:
+        return BoundedCache(MAX_CACHED_LOOP_STATES)
 
     def _based_loops(self, byte_set: bytes, most: int, walk_len: int) -> Loops:
         """The Loops of a walk from a state with a base row (no loop table), shared by the
@@ -622,12 +614,12 @@ class TokenIndex:
     def allowed_words(self, state: int, vocab_size: int) -> tuple[np.ndarray, int]:
         """(uint32 [ceil(vocab_size / 32)] packed allowed tokens below vocab_size, their count)."""
         self.prepare(state)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         lib = mask_library()
         if lib is None:
             allowed = self.allowed_tokens(state)
             allowed = allowed[allowed < vocab_size]
-            np.bitwise_or.at(words, allowed >> 5, np.uint32(1) << (allowed & 31).astype(np.uint32))
+            set_bits(words, allowed)
             return words, len(allowed)
         count = self._walk_native(lib, state, vocab_size, words, None)
         return words, count
@@ -636,7 +628,7 @@ class TokenIndex:
         """One walk of the trie from `state`: (uint32 packed allowed tokens below vocab_size,
         int32 [N] each trie node's DFA state, dead where the walk died or never went)."""
         self.prepare(state)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         lib = mask_library()
         if lib is not None:
             node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
@@ -645,7 +637,7 @@ class TokenIndex:
         node_state = self._node_states(state)
         node = self.trie.token_node[:vocab_size]
         ids = np.flatnonzero((node >= 0) & (node_state[node] != self.dfa.dead))
-        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        set_bits(words, ids)
         return words, node_state
 
     def crossings_walk(self, state: int, vocab_size: int, accept: np.ndarray,
@@ -665,7 +657,7 @@ class TokenIndex:
             keep = (terms >= 0) & (split | (node_state == dead))
             nodes = np.flatnonzero(keep)
             return words, nodes.astype(np.int32), terms[keep].astype(np.int32)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         self._walk_native(lib, state, vocab_size, words, None, (np.ascontiguousarray(accept, dtype=np.int32), split))
         return (words, *self._crossings())
 
@@ -680,7 +672,7 @@ class TokenIndex:
         (crossings below the roots); native only (cfg_masks has the numpy walk)."""
         accept = np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
-        words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        words = empty_words(vocab_size)
         stack, nodes, terms, count, _ = self._scratch[1]
         trans, classes, dead, node_class, depth, skip, tok_ptr, tok_ids, below = self._static_args
         lib.walk_token_subtrees(
@@ -716,7 +708,7 @@ class TokenIndex:
         loops = self.loops(state)
         node_state = self._node_state_scratch
         node_state.fill(self.dfa.dead)  # its last entry stands for the tokens without bytes
-        self._walk_native(lib, state, self.trie.size, np.zeros((self.trie.size + 31) // 32, dtype=np.uint32),
+        self._walk_native(lib, state, self.trie.size, empty_words(self.trie.size),
                           node_state, loops=loops)
         lengths, most, by_length = None, 0, None
         if loops.base_row is not None:
@@ -751,7 +743,7 @@ class TokenIndex:
         node_state = np.full(len(self.trie.byte), self.dfa.dead, dtype=np.int32)
         lib = mask_library()
         if lib is not None:
-            words = np.zeros((self.trie.size + 31) // 32, dtype=np.uint32)
+            words = empty_words(self.trie.size)
             self._walk_native(lib, state, self.trie.size, words, node_state)
             return node_state
         trans, node_class = self.dfa.trans, self.node_class

@@ -1,5 +1,5 @@
-"""Token bitmasks for guided decoding: allocation and the apply (Triton on CUDA, native C on the
-CPU, the torch reference elsewhere).
+"""Token bitmasks for guided decoding: allocation, packing (numpy words) and the apply (Triton on
+CUDA, native C on the CPU, the torch reference elsewhere).
 
 Layout (xgrammar's and llguidance's): int32 [batch, ceil(V / 32)]; token i is bit i % 32 of word
 i // 32, little-endian within the word, so token 32k + 31 is the sign bit. A set bit allows it.
@@ -14,7 +14,40 @@ from gdserve.kernels.triton import use_triton
 
 
 def bitmask_width(vocab_size: int) -> int:
+    """Words in one bitmask row: ceil(vocab_size / 32)."""
     return (vocab_size + 31) // 32
+
+
+def empty_words(vocab_size: int) -> np.ndarray:
+    """uint32 [bitmask_width(vocab_size)], every bit clear: no token allowed."""
+    return np.zeros(bitmask_width(vocab_size), dtype=np.uint32)
+
+
+def set_bits(words: np.ndarray, ids) -> None:
+    """In place: allow tokens ids (ints, repeats fine) in packed uint32 words."""
+    word, bit = _word_and_bit(ids)
+    np.bitwise_or.at(words, word, bit)
+
+
+def clear_bits(words: np.ndarray, ids) -> None:
+    """In place: disallow tokens ids (ints, repeats fine) in packed uint32 words."""
+    word, bit = _word_and_bit(ids)
+    np.bitwise_and.at(words, word, ~bit)
+
+
+def _word_and_bit(ids) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.asarray(ids, dtype=np.int64)
+    return ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32)
+
+
+def is_allowed(row, token: int) -> bool:
+    """Whether token's bit is set in one bitmask row (int32 [W]: a tensor or an array)."""
+    return bool((int(row[token >> 5]) >> (token & 31)) & 1)
+
+
+def unpack_words(words: np.ndarray, n: int) -> np.ndarray:
+    """bool [n] of packed 32-bit words (n <= 32 * len(words)): pack_words undone."""
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:n].astype(bool)
 
 
 def pack_words(allowed: np.ndarray, vocab_size: int) -> np.ndarray:

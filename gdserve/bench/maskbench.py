@@ -30,6 +30,7 @@ import torch
 from gdserve.bench.peers import BACKENDS, MODULES, Backend, CompileFailed, make_backend
 from gdserve.bench.results import percentiles
 from gdserve.bench.workloads import shared_dir
+from gdserve.kernels.bitmask import bitmask_width, is_allowed
 from gdserve.models.registry import DEFAULT_MODEL
 from gdserve.utils import settle_gc
 
@@ -87,10 +88,6 @@ def load_jsts(directory: Path, limit: int | None = None, every: int = 1) -> list
 
 # ---- the worker process -------------------------------------------------------------------------
 
-def _bit(bitmask: torch.Tensor, token_id: int) -> bool:
-    return bool((int(bitmask[0, token_id >> 5]) >> (token_id & 31)) & 1)
-
-
 def check_instance(matcher, tokens: list[int], eos_token_id: int, bitmask: torch.Tensor,
                    prefilled: bool) -> dict:
     """Walk `tokens` then EOS through `matcher`. ok: every token allowed and accepted, EOS allowed
@@ -105,7 +102,7 @@ def check_instance(matcher, tokens: list[int], eos_token_id: int, bitmask: torch
             matcher.fill(bitmask)
             fill_us.append((time.perf_counter() - start) * 1e6)
         prefilled = False
-        allowed = _bit(bitmask, token)
+        allowed = is_allowed(bitmask[0], token)
         if pos == len(tokens):
             return {"ok": allowed, "at": None if allowed else pos, "why": None if allowed else "eos",
                     "fill_us": fill_us, "disagree": disagree}
@@ -158,7 +155,7 @@ def _worker_main(conn, factory: Callable[..., Backend], kwargs: dict, log_path: 
         return
     settle_gc()  # as the server's compile workers do, for every backend alike
     conn.send(("ready", backend.settings))
-    bitmask = torch.zeros(1, (kwargs["vocab_size"] + 31) // 32, dtype=torch.int32)
+    bitmask = torch.zeros(1, bitmask_width(kwargs["vocab_size"]), dtype=torch.int32)
     while True:
         try:
             msg = conn.recv()

@@ -13,6 +13,8 @@ from typing import Protocol
 
 import torch
 
+from gdserve.kernels.bitmask import bitmask_width
+
 BACKENDS = ("gdserve", "llguidance", "xgrammar", "outlines")
 # What each backend needs installed (the peers: `pip install -e '.[bench]'`).
 MODULES = {"gdserve": "gdserve.grammar", "llguidance": "llguidance", "xgrammar": "xgrammar",
@@ -52,7 +54,7 @@ def make_backend(name: str, *, vocab_size: int, eos_token_id: int, model_dir: st
         backend = OutlinesBackend(tokenizer, vocab_size, eos_token_id)
     else:
         raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(BACKENDS)}")
-    bitmask = torch.zeros(1, (vocab_size + 31) // 32, dtype=torch.int32)
+    bitmask = torch.zeros(1, bitmask_width(vocab_size), dtype=torch.int32)
     backend.matcher(backend.compile(WARMUP_SCHEMA)).fill(bitmask)
     return backend
 

@@ -11,6 +11,7 @@ from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_ag
 from gdserve.bench.offline import timed_generate, warm_llm
 from gdserve.bench.results import print_rate, rate, run_header, write_result
 from gdserve.bench.workloads import load_workload_module
+from gdserve.engine_args import add_engine_args, engine_kwargs
 from gdserve.models.registry import DEFAULT_MODEL
 
 
@@ -78,7 +79,6 @@ AGENTS_FLAGS = ("schema_dir", "max_tokens", "temperature", "seed")
 
 def cmd_throughput(args: argparse.Namespace) -> None:
     from gdserve.config import EngineConfig
-    from gdserve.entrypoints.cli import engine_kwargs
     from gdserve.models.loader import resolve_model
     engine_args = engine_kwargs(args)
     if args.tokenizer:
@@ -119,7 +119,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     write_result(result, args.output)
 
 
-def add_throughput_parser(sub, add_engine_args) -> None:
+def add_throughput_parser(sub) -> None:
     p = sub.add_parser("throughput", help="engine vs HF transformers generate on a standard workload")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
     p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided", "agents"], default="cpu",

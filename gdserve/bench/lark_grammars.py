@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gdserve.kernels.bitmask import bitmask_width, is_allowed
 from gdserve.models.registry import DEFAULT_MODEL
 
 PEERS = ("llguidance", "xgrammar")
@@ -31,10 +32,6 @@ def _percentiles(times: list[float]) -> dict:
             "mean_us": round(float(a.mean()), 1)}
 
 
-def _has_bit(bitmask: torch.Tensor, token: int) -> bool:
-    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
-
-
 def run_instances(make_matcher, sequences: list[list[int]], eos: int, width: int) -> dict:
     """Fill + check + accept every token of every sequence, then EOS; fill times and failures."""
     bitmask = torch.zeros(1, width, dtype=torch.int32)
@@ -45,7 +42,7 @@ def run_instances(make_matcher, sequences: list[list[int]], eos: int, width: int
             start = time.perf_counter()
             fill(bitmask)
             times.append(time.perf_counter() - start)
-            if not _has_bit(bitmask, token) or not accept(token):
+            if not is_allowed(bitmask[0], token) or not accept(token):
                 rejected += 1
                 break
     return {"fill": _percentiles(times), "rejected": rejected, "instances": len(sequences)}
@@ -133,7 +130,7 @@ def bench_one(name: str, tokenizer, vocab_size: int, args) -> dict:
         # Kept if lark still parses it, and it survives tokenizing (some rare characters do not).
         if sampler.parses(sentence) and tokenizer.decode(ids) == sentence:
             sequences.append(ids)
-    eos, width = tokenizer.eos_token_id, (vocab_size + 31) // 32
+    eos, width = tokenizer.eos_token_id, bitmask_width(vocab_size)
     result = {"grammar": spec, "tokens": sum(map(len, sequences)),
               "gdserve": bench_gdserve(spec, tokenizer, sequences, eos, width, args.repeats)}
     result["gdserve"]["compile_cached_ms"] = round(cached_compile_ms(tokenizer, spec, 30.0), 3)
@@ -184,7 +181,7 @@ def cmd_grammar(args: argparse.Namespace) -> None:
                                                 indent=1))
 
 
-def add_grammar_bench_parser(sub) -> None:
+def add_lark_bench_parser(sub) -> None:
     p = sub.add_parser("grammar", help="Lark grammar constraints: compile, mask fill and an exact "
                                        "oracle check, beside llguidance and xgrammar")
     p.add_argument("--model", default=DEFAULT_MODEL, help="whose tokenizer to use")

@@ -1,0 +1,48 @@
+"""Command-line flags for EngineConfig, shared by `gdserve serve`, `gdserve generate` and the benchmarks."""
+import argparse
+
+from gdserve.config import KV_CACHE_DTYPES
+from gdserve.layers.quantization import QUANTIZATIONS
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES],
+                        help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
+    parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS,
+                        help="fp8: linear layers in fp8 e4m3 (a scale per output channel), activations "
+                             "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU)")
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (default: 8192 on CUDA, 2048 on CPU)")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+    parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
+    parser.add_argument("--grammar-compile-workers", type=int,
+                        help="processes compiling constraints, started with the engine (default: the usable "
+                             "CPU cores less one, at most 8)")
+    parser.add_argument("--grammar-cache-dir", default="auto",
+                        help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
+                             "'none' turns it off)")
+    parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                        help="read sampled tokens back during the next step's forward (default: on CUDA)")
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    """The EngineConfig / LLM(...) keyword arguments of the flags add_engine_args added."""
+    return dict(dtype=args.dtype, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                quantization=args.quantization,
+                max_model_len=args.max_model_len,
+                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
+                gpu_memory_utilization=args.gpu_memory_utilization,
+                enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
+                grammar_compile_timeout_s=args.grammar_compile_timeout_s,
+                grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
+                grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
+                async_scheduling=args.async_scheduling)
