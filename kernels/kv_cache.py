@@ -1,5 +1,6 @@
 import torch
 
+from gdserve.kernels.fp8 import is_fp8
 from gdserve.kernels.triton import use_triton
 
 
@@ -15,10 +16,6 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     for new, cache in ((key, k_cache), (value, v_cache)):
         rows = cache.view(-1, *new.shape[1:])
         rows.index_put_((slot_mapping,), to_cache_dtype(new, cache.dtype))  # index_copy_ has no fp8 on CPU
-
-
-def is_fp8(dtype: torch.dtype) -> bool:
-    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

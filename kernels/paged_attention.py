@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from gdserve.kernels import native
-from gdserve.kernels.kv_cache import is_fp8
+from gdserve.kernels.fp8 import is_fp8
 from gdserve.kernels.triton import use_triton
 
 _DECODE_GROUP = 16

@@ -2,15 +2,8 @@
 output channel (W8A8, as vLLM's dynamic fp8). x ~= q * scale, each row's largest |x| at +-448."""
 import torch
 
+from gdserve.kernels.fp8 import FP8_DTYPE, FP8_MAX, FP8_MAX_INV, MIN_SCALE
 from gdserve.kernels.triton import use_triton
-
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
-# The scale is amax times this float32 constant, not amax / 448: torch on CUDA divides by a
-# Python scalar that way, and the kernels must round as the reference does on either device.
-FP8_MAX_INV = 1.0 / FP8_MAX
-# An all-zero row still gets a positive, finite scale (vLLM's floor).
-MIN_SCALE = 1.0 / (FP8_MAX * 512)
 
 
 def quant_fp8_rowwise_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.kv_cache import is_fp8
+from gdserve.kernels.fp8 import is_fp8
 
 
 @triton.jit

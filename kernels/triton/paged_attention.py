@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.kv_cache import is_fp8
+from gdserve.kernels.fp8 import is_fp8
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] floats

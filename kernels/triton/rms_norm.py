@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.quant import FP8_DTYPE, FP8_MAX, FP8_MAX_INV, MIN_SCALE
+from gdserve.kernels.fp8 import FP8_DTYPE, FP8_MAX, FP8_MAX_INV, MIN_SCALE
 
 
 @triton.jit

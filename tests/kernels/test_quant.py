@@ -1,8 +1,8 @@
 """The fp8 row-wise quantization reference: the scale, the rounding, and the error bound."""
 import torch
 
-from gdserve.kernels.quant import (FP8_MAX, MIN_SCALE, dequant_fp8_rowwise, quant_fp8_rowwise,
-                                   quant_fp8_rowwise_reference)
+from gdserve.kernels.fp8 import FP8_MAX, MIN_SCALE
+from gdserve.kernels.quant import dequant_fp8_rowwise, quant_fp8_rowwise, quant_fp8_rowwise_reference
 
 
 def test_each_rows_largest_magnitude_maps_to_the_fp8_max():
