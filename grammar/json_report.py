@@ -25,15 +25,21 @@ def enforcement_report(schema, relaxed: list[str], narrowed: list[str]) -> dict[
     approximated = list(narrowed) + [r for r in relaxed if r.startswith(_APPROXIMATIONS)]
     ignored = [r for r in relaxed if not r.startswith(_APPROXIMATIONS)]
     exact = [entry for entry in _keywords(schema, "")
-             if not any(r.startswith(entry) for r in ignored)
-             and not any(_names(a, entry) for a in approximated)]
+             if not any(_names(message, entry) for message in ignored + approximated)]
     return {"exact": exact, "approximated": approximated, "ignored": ignored}
 
 
 def _names(message: str, entry: str) -> bool:
-    """Whether an approximation message is about this "keyword at /pointer" entry."""
+    """Whether a relaxed or narrowed message is about this "keyword at /pointer" entry. Relaxed
+    messages start "<what> at <pointer>", where <what> is the keyword, "format '<name>'" or
+    "minLength/maxLength"; narrowed ones start "at <pointer>:" and name the keyword after."""
     keyword, _, pointer = entry.partition(" at ")
-    return message.startswith(entry) or (f"at {pointer}:" in message and keyword in message)
+    if message.startswith(f"at {pointer}:"):
+        return keyword in message
+    what, sep, rest = message.partition(f" at {pointer}")
+    if not sep or rest[:1] not in ("", " ", ":"):
+        return False
+    return keyword == what or what.startswith(f"{keyword} '") or keyword in what.split("/")
 
 
 def _keywords(schema, ptr: str) -> list[str]:

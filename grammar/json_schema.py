@@ -605,7 +605,8 @@ class _Compiler(Normalizer):
                 if narrowed:
                     self.narrowed.append(f"at {show_pointer(n.ptr)}: pattern repetitions bounded to keep within "
                                          f"maxLength {n.max_len}")
-        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
+        sources = ["maxLength"] * (n.max_len is not None) + [what.split(" at ")[0] for _, what, _ in specs[:1]]
+        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND, "/".join(sources) or "repetition")
         return spec.emit(limits, self.narrowed, show_pointer(where))
 
     # ---- objects
@@ -743,7 +744,7 @@ class _Compiler(Normalizer):
         if map_max is None:
             rest = f"(?:{self.sep}{member})*"
         else:
-            limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
+            limits = Limits(ITEMS_CAP, MAX_MIN_BOUND, "maxProperties")
             rest = repeat(f"{self.sep}{member}", 0, map_max - 1, limits, self.narrowed,
                           show_pointer(n.max_props_ptr))
         interleave = None
@@ -881,7 +882,7 @@ class _Compiler(Normalizer):
         if not closed and not everything:
             self.narrowed.append(f"at {show_pointer(n.ptr)}: only declared and patternProperties keys "
                                  "(keys matching no pattern left out)")
-        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND)
+        limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND, "patternProperties")
         alts = []
         for q, p, conj, spec in specs:
             if any(pattern_test(q, d) is not False and not self._pattern_covers(n, d, conj) for d in names):
@@ -961,7 +962,7 @@ class _Compiler(Normalizer):
             hi = max(lo, ITEMS_CAP)
         if hi == 0:
             return f"\\[{self.wsb}\\]"
-        limits = Limits(ITEMS_CAP, MAX_MIN_BOUND)
+        limits = Limits(ITEMS_CAP, MAX_MIN_BOUND, "maxItems")
 
         def seq(i: int) -> str:
             cur = prefix[i] if i < len(prefix) else extra
@@ -1009,7 +1010,7 @@ class _Compiler(Normalizer):
         with_a = None
         if a is not None and hi != 0:
             more = repeat(f"{sep}{before}(?:{a}){after}", max(lo - 1, 0), None if hi is None else hi - 1,
-                          Limits(ITEMS_CAP, MAX_MIN_BOUND), self.narrowed, show_pointer(n.ptr))
+                          Limits(ITEMS_CAP, MAX_MIN_BOUND, "maxItems"), self.narrowed, show_pointer(n.ptr))
             with_a = f"{before}(?:{a}){after}{more}"
         if lo > 0:
             return f"\\[{self.wsb}{with_a}{self.wsb}\\]"

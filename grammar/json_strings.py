@@ -262,10 +262,12 @@ def string_literal(value: str) -> str:
 @dataclass
 class Limits:
     """Repetition limits (see json_schema): upper bounds above `cap` are lowered to it (recorded in
-    `narrowed`), lower bounds above `max_min` are an error."""
+    `narrowed`, naming the `keywords` the bound comes from), lower bounds above `max_min` are an
+    error."""
 
     cap: int = 256
     max_min: int = 1000
+    keywords: str = "repetition"
 
 
 def _is_atom(x: str) -> bool:
@@ -285,7 +287,7 @@ def repeat(x: str, lo: int, hi: int | None, limits: Limits, narrowed: list[str],
     if lo > limits.max_min:
         raise GrammarError(f"minimum repetition {lo} at {where} exceeds the supported {limits.max_min}")
     if hi is not None and hi > max(lo, limits.cap):
-        narrowed.append(f"at {where}: upper bound {hi} lowered to {max(lo, limits.cap)}")
+        narrowed.append(f"at {where}: {limits.keywords} bound {hi} lowered to {max(lo, limits.cap)}")
         hi = max(lo, limits.cap)
     a = x if _is_atom(x) else f"(?:{x})"
     if hi is None:
