@@ -586,15 +586,16 @@ class _Compiler(Normalizer):
             if pat is None:
                 self.unsupported(f"format '{fmt}'", p)
                 continue
-            specs.append((StringSpec.from_pattern(pat), f"format at {show_pointer(p)}", p))
+            specs.append((StringSpec.from_pattern(pat), "format", p))
         for pat, p in n.patterns:
             try:
-                specs.append((StringSpec.from_pattern(pat), f"pattern at {show_pointer(p)}", p))
+                specs.append((StringSpec.from_pattern(pat), "pattern", p))
             except GrammarError as e:
                 self.unsupported("pattern", p, str(e))
         if len(specs) > 1:
-            for _, what, p in specs[1:]:
-                self.unsupported(what.split(" at ")[0], p, f"together with {specs[0][1]}: an intersection")
+            _, first, first_ptr = specs[0]
+            for _, keyword, p in specs[1:]:
+                self.unsupported(keyword, p, f"together with {first} at {show_pointer(first_ptr)}: an intersection")
         spec, where = (specs[0][0], specs[0][2]) if specs else (StringSpec.any(), n.ptr)
         if n.min_len > 0 or n.max_len is not None:
             constrained = spec.with_length(n.min_len, n.max_len)
@@ -605,7 +606,7 @@ class _Compiler(Normalizer):
                 if narrowed:
                     self.narrowed.append(f"at {show_pointer(n.ptr)}: pattern repetitions bounded to keep within "
                                          f"maxLength {n.max_len}")
-        sources = ["maxLength"] * (n.max_len is not None) + [what.split(" at ")[0] for _, what, _ in specs[:1]]
+        sources = ["maxLength"] * (n.max_len is not None) + [keyword for _, keyword, _ in specs[:1]]
         limits = Limits(STRING_LENGTH_CAP, MAX_MIN_BOUND, "/".join(sources) or "repetition")
         return spec.emit(limits, self.narrowed, show_pointer(where))
 

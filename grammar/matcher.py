@@ -22,6 +22,10 @@ MAX_REACH_SWEEP = 2**24  # table cells x sweeps above which Grammar._reach is no
 MAX_CACHED_NEXT_DISTANCES = 16  # states whose tokens' distances a grammar keeps (4 bytes a token)
 
 
+def _next_distance_cache() -> BoundedCache[int, np.ndarray]:
+    return BoundedCache(MAX_CACHED_NEXT_DISTANCES, policy="lru")
+
+
 @dataclass(frozen=True)
 class StateMask:
     row: torch.Tensor   # int32 [W], the packed allowed tokens
@@ -49,8 +53,7 @@ class Grammar:
     _max_next: dict[int, int] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)  # per state: the farthest next state's distance
     _next_distances: BoundedCache[int, np.ndarray] = field(
-        default_factory=lambda: BoundedCache(MAX_CACHED_NEXT_DISTANCES, policy="lru"),
-        init=False, repr=False, compare=False)  # see next_distances
+        default_factory=_next_distance_cache, init=False, repr=False, compare=False)  # see next_distances
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
@@ -59,7 +62,7 @@ class Grammar:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _masks={}, _steps={}, _max_next={},
-                             _next_distances=BoundedCache(MAX_CACHED_NEXT_DISTANCES, policy="lru"))
+                             _next_distances=_next_distance_cache())
 
     def prepare_budgets(self) -> "Grammar":
         """Compute what the first masks and budget rows read (the states within a token of the
