@@ -14,8 +14,8 @@ from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
 from gdserve.models.config import ModelConfig
 
 # Our fused projection -> the HF checkpoint projections stacked in it, in order.
-_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-_SHARD_OF = {hf: (fused, i) for fused, hfs in _FUSED.items() for i, hf in enumerate(hfs)}
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+SHARD_OF = {hf: (fused, i) for fused, hfs in FUSED.items() for i, hf in enumerate(hfs)}
 
 
 class MergedLinear(nn.Linear):
@@ -164,8 +164,8 @@ class LlamaForCausalLM(nn.Module):
         for name, _ in self.named_parameters():
             module_path, _, attr = name.rpartition(".")
             parent, _, leaf = module_path.rpartition(".")
-            if leaf in _FUSED:
-                names.update(f"{parent}.{hf_leaf}.{attr}" for hf_leaf in _FUSED[leaf])
+            if leaf in FUSED:
+                names.update(f"{parent}.{hf_leaf}.{attr}" for hf_leaf in FUSED[leaf])
             else:
                 names.add(name)
         return names
@@ -174,8 +174,8 @@ class LlamaForCausalLM(nn.Module):
         """The parameter (or the slice of a fused one) that checkpoint tensor `name` fills."""
         module_path, _, attr = name.rpartition(".")
         parent, _, leaf = module_path.rpartition(".")
-        if leaf not in _SHARD_OF:
+        if leaf not in SHARD_OF:
             return self.get_parameter(name)
-        fused, index = _SHARD_OF[leaf]
+        fused, index = SHARD_OF[leaf]
         module = self.get_submodule(f"{parent}.{fused}")
         return module.shard(getattr(module, attr), index)
