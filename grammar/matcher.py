@@ -236,7 +236,7 @@ class StateWalk:
         """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
         budget: the tokens the sequence may still emit after this one; near it, only tokens that
         keep the constraint completable within it (the grammar's budget_row: exact for a regex,
-        a heuristic for a context-free grammar)."""
+        checked token by token near the end for a context-free grammar, cfg_budget)."""
         write_row(bitmask, row, self.next_token_row(budget), self.grammar.vocab_size)
 
     def next_token_row(self, budget: int | None = None) -> torch.Tensor:
