@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg_budget import UNKNOWN, next_completions
 from gdserve.grammar.cfg_complete import prefix_tokens, search_completion, shortest_completion, shortest_spelling
@@ -186,24 +186,24 @@ class CfgGrammar:
         where one terminal is alive that read alike (Lexer.shared_key: keys with values alike)."""
         exp = self._roots.get(lex)
         if exp is None:
-            checkpoint()
-            family, terminal = self.lexer.shared_key(lex) or (None, None)
-            shared = self._shared_roots.get(family)
-            if shared is not None:
-                exp = shared.relabeled(terminal)
-            else:
-                exp = self.store.root(*self.lexer.arrays(), lex)
-                if family is not None:
-                    self._shared_roots[family] = exp
-            self._roots[lex] = exp
+            with unit_of_work():
+                family, terminal = self.lexer.shared_key(lex) or (None, None)
+                shared = self._shared_roots.get(family)
+                if shared is not None:
+                    exp = shared.relabeled(terminal)
+                else:
+                    exp = self.store.root(*self.lexer.arrays(), lex)
+                    if family is not None:
+                        self._shared_roots[family] = exp
+                self._roots[lex] = exp
         return exp
 
     def words(self, config: CfgState) -> np.ndarray:
         """uint32 [W]: the real tokens allowed in a configuration (no EOS)."""
         words = self._words.get(config)
         if words is None:
-            checkpoint()
-            words = self._words.put(config, self._build_words(config))
+            with unit_of_work():
+                words = self._words.put(config, self._build_words(config))
         return words
 
     def _build_words(self, config: CfgState) -> np.ndarray:
@@ -224,9 +224,9 @@ class CfgGrammar:
                     start = self.start_of(after)
                     child = crossing.children.get(start)
                     if child is None:
-                        checkpoint()
-                        child = crossing.children[start] = self.store.subtrees(
-                            *self.lexer.arrays(), start, crossing.roots)
+                        with unit_of_work():
+                            child = crossing.children[start] = self.store.subtrees(
+                                *self.lexer.arrays(), start, crossing.roots)
                     words |= child.inside
                     self._add_crossings(child, after, words)
 
@@ -272,8 +272,8 @@ class CfgGrammar:
     def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
-            checkpoint()
-            self._remember(state, shortest_completion(self, state))
+            with unit_of_work():
+                self._remember(state, shortest_completion(self, state))
         return self._completions[state]
 
     def _remember(self, state: CfgStates, path: bytes | None) -> None:
@@ -300,12 +300,12 @@ class CfgGrammar:
         known = self.known_completion(state)
         if known is not None or state in self._completions or self._none_below.get(state, 0) > limit:
             return known if known is not None and len(known) <= limit else None
-        checkpoint()
-        path, reached = search_completion(self, state, limit)
-        if path is not None:
-            self._remember(state, path)
-        else:
-            self._none_below.put(state, reached)
+        with unit_of_work():
+            path, reached = search_completion(self, state, limit)
+            if path is not None:
+                self._remember(state, path)
+            else:  # a search that gave up (MAX_NODES) before `limit` is not repeated for it either
+                self._none_below.put(state, max(reached, limit + 1))
         return path
 
     def inherit_completion(self, state: CfgStates, rest: bytes) -> None:
@@ -329,8 +329,8 @@ class CfgGrammar:
         for a budget holds for every smaller one)."""
         cached = self._next_completions.lookup(state)
         if cached is None or (cached[1] is not None and cached[0] < budget):
-            checkpoint()
-            cached = self._next_completions.put(state, (budget, next_completions(self, state, budget)))
+            with unit_of_work():
+                cached = self._next_completions.put(state, (budget, next_completions(self, state, budget)))
         return cached[1]
 
     @cached_property

@@ -1,7 +1,9 @@
 """Closing before max_tokens, on every path: each constraint of the corpus (the repository's
 schemas, maskbench-dev where present, json_object, the builtin Lark grammars), sampled at random
 among the allowed tokens (as a random-weight model at temperature 1.0 would: strings never close
-by themselves) with max_tokens just above its shortest completion, completes every time."""
+by themselves) with max_tokens just above its shortest completion, completes every time. Every
+row is filled as the engine fills the row of a step whose time allowance other rows have spent:
+one unit of new mask work per try, the row retried until it is ready."""
 import os
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from gdserve.bench.agents import read_schema
 from gdserve.grammar import GrammarError, allocate_token_bitmask, compile_grammar
+from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import shortest_completion_bytes
 from gdserve.kernels.bitmask import unpack_words
 
@@ -17,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
 SLACKS = (0, 3, 40, 150)  # bytes past the shortest completion, taken in turn
 BUILTINS = ("json", "arithmetic", "function_call", "sql_select")
+MAX_TRIES = 10_000  # per row: far above what any row needs; a unit left uncached would loop forever
 
 
 def corpus() -> list[tuple[str, str, object]]:
@@ -36,12 +40,27 @@ def sample_until_done(grammar, max_tokens: int, rng: np.random.Generator) -> boo
     with each row's budget as the engine sets it."""
     matcher, bitmask = grammar.matcher(), allocate_token_bitmask(1, grammar.vocab_size)
     for n in range(max_tokens):
-        matcher.fill_next_token_bitmask(bitmask, 0, budget=max_tokens - n - 2)
+        fill_with_spent_allowance(matcher, bitmask, budget=max_tokens - n - 2)
         allowed = np.flatnonzero(unpack_words(bitmask[0].numpy().view(np.uint32), grammar.vocab_size))
         assert matcher.accept_token(int(rng.choice(allowed)))
         if matcher.is_terminated():
             return True
     return False
+
+
+def fill_with_spent_allowance(matcher, bitmask, budget: int) -> None:
+    """Fill the row with no time allowed past the first completed unit of work, retrying (each
+    try keeps the units it finished) until the row is ready."""
+    for _ in range(MAX_TRIES):
+        allowance = Allowance.of(0.0)
+        allowance.next_row()
+        try:
+            with allowing(allowance):
+                matcher.fill_next_token_bitmask(bitmask, 0, budget=budget)
+            return
+        except MaskPending:
+            continue
+    raise AssertionError(f"a row was not ready after {MAX_TRIES} tries: some unit of work is never kept")
 
 
 def test_every_constraint_closes_before_max_tokens(smollm2_tokenizer):
