@@ -340,6 +340,12 @@ class CfgGrammar:
         to the shortest completion to matter there)."""
         return max(STEER_FROM, 2 * self.steer_margin)
 
+    @cached_property
+    def closing_window(self) -> int:
+        """Bytes past a state's own completion within which its row checks every token (a token
+        that opens an optional member adds that member's shortest text, rarely more than this)."""
+        return 2 * self.steer_margin
+
     def lexer_next_states(self, lex: int) -> np.ndarray:
         """int32 [V]: each token's lexer state after its bytes from `lex` (the lexer's dead state
         where the lexeme dies within it)."""
@@ -353,6 +359,9 @@ class CfgGrammar:
         full = self.state_mask(state)
         if budget >= self.closing_zone or self._max_next.get(state, UNKNOWN) <= budget:
             return full.row
+        own = self.completion(state)
+        if own is not None and len(own) + self.closing_window <= budget:
+            return full.row  # no token adds this much to the completion where the check counts
         dist = self.next_completions(state, budget)
         if dist is None:
             return self.steer_row(state, budget)
