@@ -1,10 +1,14 @@
 """A time allowance for mask work, so that the engine's step never waits long on one sequence's
-matcher. Grammars call `checkpoint()` before each unit of work whose result they cache (one state's
-row, one walk of the token trie, one completion search). Inside `allowing(allowance)`, a
-checkpoint past the allowance's deadline raises MaskPending once a unit has run since the
-caller's last `allowance.next_row()`: every row of a step gets a unit, and more while the step's
-allowance lasts. The caller retries later and finds the finished units cached. Outside (compile
-workers, accept_token, direct users of the matchers) a checkpoint does nothing."""
+matcher. Grammars do each unit of work whose result they cache (one state's row, one walk of the
+token trie, one completion search) inside `with unit_of_work():`. Inside `allowing(allowance)`, a
+unit about to start past the allowance's deadline raises MaskPending once a unit has completed
+since the caller's last `allowance.next_row()`: every row of a step completes a unit, and more
+while the step's allowance lasts. The caller retries later and finds the finished units cached.
+
+Units nest (a state's row reads its lexer state's walk): counting completed units, not started
+ones, makes every retry finish at least the innermost unit it reaches, so a row that needs many
+nested units gets there however little time each step leaves it. Outside `allowing` (compile
+workers, accept_token, direct users of the matchers) units are never interrupted."""
 import threading
 import time
 from collections.abc import Iterator
@@ -18,16 +22,16 @@ class MaskPending(Exception):
 
 @dataclass
 class Allowance:
-    deadline: float      # time.perf_counter() past which no row starts a second unit
-    num_units: int = 0   # units started for the current row
+    deadline: float      # time.perf_counter() past which no row starts a unit beyond its first
+    num_done: int = 0    # units completed for the current row
 
     @classmethod
     def of(cls, seconds: float) -> "Allowance":
         return cls(time.perf_counter() + seconds)
 
     def next_row(self) -> None:
-        """The next row's first unit runs whatever the time."""
-        self.num_units = 0
+        """The next row completes its first unit whatever the time."""
+        self.num_done = 0
 
 
 _local = threading.local()
@@ -44,11 +48,13 @@ def allowing(allowance: Allowance) -> Iterator[None]:
         _local.allowance = outer
 
 
-def checkpoint() -> None:
-    """Call before a unit of mask work: raises MaskPending when the allowance is spent."""
+@contextmanager
+def unit_of_work() -> Iterator[None]:
+    """Wrap a unit of mask work whose result is cached: raises MaskPending before it starts when
+    the allowance is spent and the row has completed a unit already."""
     allowance = getattr(_local, "allowance", None)
-    if allowance is None:
-        return
-    if allowance.num_units and time.perf_counter() > allowance.deadline:
+    if allowance is not None and allowance.num_done and time.perf_counter() > allowance.deadline:
         raise MaskPending
-    allowance.num_units += 1
+    yield
+    if allowance is not None:
+        allowance.num_done += 1

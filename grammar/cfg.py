@@ -21,20 +21,22 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.cfg_complete import prefix_tokens, shortest_completion, shortest_spelling
+from gdserve.grammar.cfg_budget import UNKNOWN, next_completions
+from gdserve.grammar.cfg_complete import prefix_tokens, search_completion, shortest_completion, shortest_spelling
 from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
 from gdserve.grammar.cfg_parser import LalrParser, Stack
 from gdserve.grammar.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
-from gdserve.kernels.bitmask import empty_words, set_bits
+from gdserve.kernels.bitmask import empty_words, pack_words, set_bits
 
 MAX_CACHED_MASKS = 8192
-STEER_FROM = 128     # budgets (tokens) below which a fill looks for the shortest completion
+STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that can close in time
 STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
+MAX_CACHED_NEXT_COMPLETIONS = 64  # states whose tokens' completions a grammar keeps
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 
 
@@ -122,7 +124,7 @@ class CfgGrammar:
         """The stacks after emitting the lexeme in `lex` (one per terminal it may be)."""
         return [after for term in self.lexer.emits(lex) for after in self.step(stack, term)]
 
-    def _settled(self, stack: Stack, lex: int) -> list[CfgState]:
+    def settled(self, stack: Stack, lex: int) -> list[CfgState]:
         """A complete lexeme that cannot grow is emitted (no configuration if the parser refuses)."""
         if self.lexer.live(lex) or not self.lexer.emits(lex):
             return [CfgState(stack, lex)]
@@ -145,7 +147,7 @@ class CfgGrammar:
             if not nxt:
                 return None
             configs = nxt
-        out = {c for stack, s in configs for c in self._settled(stack, s)}
+        out = {c for stack, s in configs for c in self.settled(stack, s)}
         if len(out) > MAX_CONFIGS:  # cut between tokens only: a mask is always its state's
             out = sorted(out, key=_config_order)[:MAX_CONFIGS]
         return frozenset(out) or None
@@ -184,24 +186,24 @@ class CfgGrammar:
         where one terminal is alive that read alike (Lexer.shared_key: keys with values alike)."""
         exp = self._roots.get(lex)
         if exp is None:
-            checkpoint()
-            family, terminal = self.lexer.shared_key(lex) or (None, None)
-            shared = self._shared_roots.get(family)
-            if shared is not None:
-                exp = shared.relabeled(terminal)
-            else:
-                exp = self.store.root(*self.lexer.arrays(), lex)
-                if family is not None:
-                    self._shared_roots[family] = exp
-            self._roots[lex] = exp
+            with unit_of_work():
+                family, terminal = self.lexer.shared_key(lex) or (None, None)
+                shared = self._shared_roots.get(family)
+                if shared is not None:
+                    exp = shared.relabeled(terminal)
+                else:
+                    exp = self.store.root(*self.lexer.arrays(), lex)
+                    if family is not None:
+                        self._shared_roots[family] = exp
+                self._roots[lex] = exp
         return exp
 
     def words(self, config: CfgState) -> np.ndarray:
         """uint32 [W]: the real tokens allowed in a configuration (no EOS)."""
         words = self._words.get(config)
         if words is None:
-            checkpoint()
-            words = self._words.put(config, self._build_words(config))
+            with unit_of_work():
+                words = self._words.put(config, self._build_words(config))
         return words
 
     def _build_words(self, config: CfgState) -> np.ndarray:
@@ -222,9 +224,9 @@ class CfgGrammar:
                     start = self.start_of(after)
                     child = crossing.children.get(start)
                     if child is None:
-                        checkpoint()
-                        child = crossing.children[start] = self.store.subtrees(
-                            *self.lexer.arrays(), start, crossing.roots)
+                        with unit_of_work():
+                            child = crossing.children[start] = self.store.subtrees(
+                                *self.lexer.arrays(), start, crossing.roots)
                     words |= child.inside
                     self._add_crossings(child, after, words)
 
@@ -258,7 +260,7 @@ class CfgGrammar:
         set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
-    # ---- steering to completion ------------------------------------------------------------
+    # ---- closing before the budget ------------------------------------------------------------
     @cached_property
     def terminal_spellings(self) -> list[bytes | None]:
         return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
@@ -270,17 +272,114 @@ class CfgGrammar:
     def completion(self, state: CfgStates) -> bytes | None:
         """Short bytes that complete `state` (cfg_complete), cached per state."""
         if state not in self._completions:
-            checkpoint()
-            self._completions.put(state, shortest_completion(self, state))
+            with unit_of_work():
+                self._remember(state, shortest_completion(self, state))
         return self._completions[state]
 
+    def _remember(self, state: CfgStates, path: bytes | None) -> None:
+        """Cache a state's completion, and the rest of it for each state along the way (later
+        searches that reach one of them stop there)."""
+        self._completions.put(state, path)
+        for i in range(len(path or b"") - 1):
+            state = self.advance(state, path[i:i + 1])
+            if state is None:
+                return
+            self.inherit_completion(state, path[i + 1:])
+
+    def known_completion(self, state: CfgStates) -> bytes | None:
+        """The completion of `state` found so far, if any (no search)."""
+        return self._completions.get(state)
+
+    @cached_property
+    def _none_below(self) -> BoundedCache[CfgStates, int]:
+        return BoundedCache(MAX_CACHED_MASKS)  # state -> a bounded search found no completion shorter
+
+    def completion_within(self, state: CfgStates, limit: int) -> bytes | None:
+        """A completion of `state` at most `limit` bytes long, if one is found: the known one, or
+        a search that stops past `limit` (much cheaper than an unbounded one when it fails)."""
+        known = self.known_completion(state)
+        if known is not None or state in self._completions or self._none_below.get(state, 0) > limit:
+            return known if known is not None and len(known) <= limit else None
+        with unit_of_work():
+            path, reached = search_completion(self, state, limit)
+            if path is not None:
+                self._remember(state, path)
+            else:  # a search that gave up (MAX_NODES) before `limit` is not repeated for it either
+                self._none_below.put(state, max(reached, limit + 1))
+        return path
+
+    def inherit_completion(self, state: CfgStates, rest: bytes) -> None:
+        """Record `rest` as completing `state` (the rest of a completion that a token started),
+        where no shorter one is known."""
+        known = self._completions.get(state)
+        if state != TERMINATED and (known is None or len(rest) < len(known)):
+            self._completions.put(state, rest)
+
+    @cached_property
+    def _next_completions(self) -> BoundedCache[CfgStates, tuple[int, np.ndarray]]:
+        return BoundedCache(MAX_CACHED_NEXT_COMPLETIONS, policy="lru")
+
+    @cached_property
+    def _max_next(self) -> BoundedCache[CfgStates, int]:
+        return BoundedCache(MAX_CACHED_MASKS)
+
+    def next_completions(self, state: CfgStates, budget: int) -> np.ndarray | None:
+        """int32 [vocab_size]: each real token's completion after it where one fits `budget`
+        (cfg_budget), cached for the states most recently used near their budget (an answer
+        for a budget holds for every smaller one)."""
+        cached = self._next_completions.lookup(state)
+        if cached is None or (cached[1] is not None and cached[0] < budget):
+            with unit_of_work():
+                cached = self._next_completions.put(state, (budget, next_completions(self, state, budget)))
+        return cached[1]
+
+    @cached_property
+    def closing_zone(self) -> int:
+        """Budgets (tokens) below which rows keep only the tokens that can still close in time;
+        above it every token is allowed (one token would have to add more than this many bytes
+        to the shortest completion to matter there)."""
+        return max(STEER_FROM, 2 * self.steer_margin)
+
+    @cached_property
+    def closing_window(self) -> int:
+        """Bytes past a state's own completion within which its row checks every token (a token
+        that opens an optional member adds that member's shortest text, rarely more than this)."""
+        return 2 * self.steer_margin
+
+    def lexer_next_states(self, lex: int) -> np.ndarray:
+        """int32 [V]: each token's lexer state after its bytes from `lex` (the lexer's dead state
+        where the lexeme dies within it)."""
+        return self.store.next_states(*self.lexer.arrays(), lex)
+
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
+        """The state's row; near the budget only the tokens after which a known completion fits
+        in `budget` more tokens (bytes bound tokens from above), and EOS where allowed. Where no
+        token's does, those whose completion is shortest; where none is known, the whole row.
+        Where the tokens cannot be read cheaply (cfg_budget.MAX_READ), steer_row instead."""
+        full = self.state_mask(state)
+        if budget >= self.closing_zone or self._max_next.get(state, UNKNOWN) <= budget:
+            return full.row
+        own = self.completion(state)
+        if own is not None and len(own) + self.closing_window <= budget:
+            return full.row  # no token adds this much to the completion where the check counts
+        dist = self.next_completions(state, budget)
+        if dist is None:
+            return self.steer_row(state, budget)
+        max_next = self._max_next.put(state, int(dist.max()))  # -1: no token allowed
+        if max_next <= budget:
+            return full.row
+        known = dist[dist >= 0]
+        known = known[known < UNKNOWN]
+        if not len(known):
+            return full.row
+        limit = budget if full.accepting else max(budget, int(known.min()))  # or head for the end
+        return self._with_eos(pack_words((dist >= 0) & (dist <= limit), self.vocab_size), full.accepting)
+
+    def steer_row(self, state: CfgStates, budget: int) -> torch.Tensor:
         """The state's row, or, once the shortest completion (plus steer_margin bytes, one byte
         per token at worst) no longer fits in `budget` tokens, only the tokens that start that
-        completion (and EOS where allowed)."""
+        completion (and EOS where allowed): a margin, not a check of every token."""
         full = self.state_mask(state)
-        if budget >= max(STEER_FROM, 2 * self.steer_margin):
-            return full.row
         path = self.completion(state)
         if path is None or len(path) + self.steer_margin <= budget:
             return full.row
@@ -288,9 +387,12 @@ class CfgGrammar:
         if not len(ids) and not full.accepting:
             return full.row
         words = empty_words(self.vocab_size)
-        if full.accepting:
-            ids = np.concatenate([ids, self._eos_array])
         set_bits(words, ids)
+        return self._with_eos(words, full.accepting)
+
+    def _with_eos(self, words: np.ndarray, eos: bool) -> torch.Tensor:
+        if eos:
+            set_bits(words, self._eos_array)
         return torch.from_numpy(words.view(np.int32))
 
     def token_data(self, token_id: int) -> bytes | None:
@@ -328,10 +430,9 @@ class CfgMatcher(StateWalk):
 
     def _carry_completion(self, state: CfgStates, nxt: CfgStates, token_id: int) -> None:
         """A token that starts the known completion leaves the rest as the next one."""
-        done = self.grammar._completions
-        path, data = done.get(state), self.grammar.token_data(token_id)
-        if path and data and nxt != TERMINATED and nxt not in done and path.startswith(data):
-            done[nxt] = path[len(data):]
+        path, data = self.grammar.known_completion(state), self.grammar.token_data(token_id)
+        if path and data and path.startswith(data):
+            self.grammar.inherit_completion(nxt, path[len(data):])
 
     def distance_to_complete(self) -> int:
         """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""

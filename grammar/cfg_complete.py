@@ -19,6 +19,8 @@ from gdserve.grammar.token_index import ByteDFA
 
 MAX_NODES = 3000
 MAX_DEEPER = 64
+DEPTH_WEIGHT = 64  # depth_first_completion's bytes per stack entry
+NO_END = 1 << 30  # search_completion's bound where no completion exists at all
 
 
 @lru_cache(maxsize=1024)
@@ -56,19 +58,57 @@ def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
 
 def shortest_completion(grammar, state) -> bytes | None:
     """Bytes that take `state` (a set of configurations) to one where EOS is allowed, or None if
-    none was found. Dijkstra whose successors enter the heap one at a time, shortest piece first
-    (a state's next sibling is pushed when the one before it is taken), so a state with thousands
-    of next terminals (a large enum) costs only the pieces the search actually reaches."""
+    none was found: search_completion without a bound, else depth_first_completion."""
+    return search_completion(grammar, state)[0] or depth_first_completion(grammar, state)
+
+
+def depth_first_completion(grammar, state) -> bytes | None:
+    """A completion, not the shortest, where search_completion gives up (a large schema whose
+    shortest completion opens many nested required members, so that every cheaper text is
+    explored first): best-first on the text's length plus DEPTH_WEIGHT bytes per parser stack
+    entry, so texts that close what is open come first. None if none is found in MAX_NODES."""
+    if grammar.accepts_eos(state):
+        return b""
+    spells = grammar.terminal_spellings
+    ignore = [spells[t] for t in grammar.spec.ignore if spells[t]]
+    sep = min(ignore, key=len) if ignore else None
+    heap, seen, order = [(0, 0, state, b"")], {state}, itertools.count(1)
+    while heap and len(seen) < MAX_NODES:
+        _, _, cur, path = heapq.heappop(heap)
+        for piece in sorted(dict.fromkeys(p for c in cur for p in _pieces(grammar, c, spells, sep)), key=len):
+            nxt = grammar.advance(cur, piece)
+            if nxt is None or nxt in seen:
+                continue
+            seen.add(nxt)
+            if grammar.accepts_eos(nxt):
+                return path + piece
+            depth = min(len(c.stack) for c in nxt)
+            heapq.heappush(heap, (len(path) + len(piece) + DEPTH_WEIGHT * depth, next(order), nxt, path + piece))
+    return None
+
+
+def search_completion(grammar, state, max_cost: int | None = None) -> tuple[bytes | None, int]:
+    """(a short completion, None if none was found; the length below which the search looked
+    everywhere it goes: none shorter was found). A state reached whose completion the grammar
+    already knows ends that branch with the known rest (so the answer is the shortest only up to
+    those rests). Dijkstra whose successors enter the heap one at
+    a time, shortest piece first (a state's next sibling is pushed when the one before it is
+    taken), so a state with thousands of next terminals (a large enum) costs only the pieces the
+    search actually reaches; with max_cost, it stops past that length."""
     spells = grammar.terminal_spellings
     ignore = [spells[t] for t in grammar.spec.ignore if spells[t]]
     sep = min(ignore, key=len) if ignore else None
     depth = min(len(c.stack) for c in state)
     if grammar.accepts_eos(state):
-        return b""
+        return b"", 0
     heap, seen, count, order = [], {state}, 0, itertools.count()
     _push_first(heap, order, grammar, state, b"", 0, spells, sep)
     while heap and count < MAX_NODES:
         cost, _, cur, path, pieces, i = heapq.heappop(heap)
+        if max_cost is not None and cost > max_cost:
+            return None, cost
+        if pieces is None:  # a state whose completion was known: path is whole
+            return path, cost
         if i + 1 < len(pieces):
             heapq.heappush(heap, (cost - len(pieces[i]) + len(pieces[i + 1]), next(order),
                                   cur, path, pieces, i + 1))
@@ -78,9 +118,13 @@ def shortest_completion(grammar, state) -> bytes | None:
         seen.add(nxt)
         count += 1
         if grammar.accepts_eos(nxt):
-            return path + pieces[i]
+            return path + pieces[i], cost
+        known = grammar.known_completion(nxt)
+        if known is not None:  # the rest is known: a candidate, taken if nothing shorter comes first
+            heapq.heappush(heap, (cost + len(known), next(order), None, path + pieces[i] + known, None, 0))
+            continue
         _push_first(heap, order, grammar, nxt, path + pieces[i], cost, spells, sep)
-    return None
+    return None, (heap[0][0] if heap else NO_END)
 
 
 def _push_first(heap: list, order, grammar, state, path: bytes, cost: int, spells: list,

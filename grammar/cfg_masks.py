@@ -80,6 +80,11 @@ class MaskStore:
         return self._all_first_words & ~np.bitwise_or.reduce(self._first_byte_words[~first], axis=0,
                                                              initial=np.uint32(0))
 
+    def next_states(self, dfa: ByteDFA, accept: np.ndarray, state: int) -> np.ndarray:
+        """int32 [trie size]: each token's state after its bytes from `state` (dfa.dead where
+        the lexeme dies within it)."""
+        return self._index(dfa).next_states(state)
+
     def _index(self, dfa: ByteDFA) -> TokenIndex:
         """The token index of the lexer's current DFA (kept while the lexer does not grow)."""
         if self._last_index is None or self._last_index.dfa is not dfa:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg import CfgGrammar
 from gdserve.grammar.json_unique_paths import Path, unique_array_paths
@@ -209,8 +209,8 @@ class UniqueItemsMatcher:
         key = (state, scan, budget)
         found = self._viability.get(key)
         if found is None:
-            checkpoint()
-            found = self._viability.put(key, self._search(scan, state, budget))
+            with unit_of_work():
+                found = self._viability.put(key, self._search(scan, state, budget))
         return found
 
     def _search(self, start: Scan, state, budget: int | None) -> bool:

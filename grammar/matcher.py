@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
 from gdserve.kernels.bitmask import bitmask_width, pack_words, set_bits
@@ -99,8 +99,8 @@ class Grammar:
     def state_mask(self, state: int) -> StateMask:
         mask = self._masks.get(state)
         if mask is None:
-            checkpoint()
-            mask = self._masks[state] = self._build_mask(state)
+            with unit_of_work():
+                mask = self._masks[state] = self._build_mask(state)
         return mask
 
     def distance(self, state: int) -> int:
@@ -139,9 +139,9 @@ class Grammar:
         sequences of one schema meet the same few (an unbounded string's) step after step."""
         dist = self._next_distances.lookup(state)
         if dist is None:
-            checkpoint()
-            dist = self._next_distances.put(  # -1 past the tokenizer
-                state, self.index.next_distances(state, self.vocab_size))
+            with unit_of_work():
+                dist = self._next_distances.put(  # -1 past the tokenizer
+                    state, self.index.next_distances(state, self.vocab_size))
         return dist
 
     def _fits(self, state: int, budget: int) -> bool:
@@ -239,7 +239,7 @@ class StateWalk:
         """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
         budget: the tokens the sequence may still emit after this one; near it, only tokens that
         keep the constraint completable within it (the grammar's budget_row: exact for a regex,
-        a heuristic for a context-free grammar)."""
+        checked token by token near the end for a context-free grammar, cfg_budget)."""
         write_row(bitmask, row, self.next_token_row(budget), self.grammar.vocab_size)
 
     def next_token_row(self, budget: int | None = None) -> torch.Tensor:

@@ -11,7 +11,7 @@ import pytest
 from gdserve import LLM, SamplingParams
 from gdserve.engine.guided import STEP_ALLOWANCE_S
 from gdserve.grammar import GrammarError
-from gdserve.grammar.allowance import checkpoint
+from gdserve.grammar.allowance import unit_of_work
 from gdserve.sampling_params import GuidedDecodingParams
 from tests.engine.test_llm import assert_no_leaks
 from tests.helpers import chat_ids
@@ -170,7 +170,7 @@ def test_a_max_tokens_below_the_shortest_completion_is_refused_naming_the_minimu
 
 class SlowRowGrammar:
     """A compiled grammar whose matcher needs `units` units of new work (5 ms each, progress
-    kept: grammar/allowance.py's checkpoint before each) before its first row."""
+    kept: each a grammar/allowance.py unit_of_work) before its first row."""
 
     def __init__(self, grammar, units: int):
         self.grammar, self.units, self.units_done = grammar, units, 0
@@ -185,9 +185,9 @@ class SlowRowMatcher:
 
     def next_token_row(self, budget=None):
         while self.slow.units_done < self.slow.units:
-            checkpoint()
-            time.sleep(0.005)
-            self.slow.units_done += 1
+            with unit_of_work():
+                time.sleep(0.005)
+                self.slow.units_done += 1
         return self.inner.next_token_row(budget)
 
     def __getattr__(self, name):

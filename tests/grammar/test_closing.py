@@ -1,0 +1,97 @@
+"""Closing before max_tokens, on every path: each constraint of the corpus (the repository's
+schemas, maskbench-dev where present, json_object, the builtin Lark grammars), sampled at random
+among the allowed tokens (as a random-weight model at temperature 1.0 would: strings never close
+by themselves) with max_tokens just above its shortest completion, completes every time. Every
+row is filled as the engine fills the row of a step whose time allowance other rows have spent:
+one unit of new mask work per try, the row retried until it is ready."""
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gdserve.bench.agents import read_schema
+from gdserve.grammar import GrammarError, allocate_token_bitmask, compile_grammar
+from gdserve.grammar.allowance import Allowance, MaskPending, allowing
+from gdserve.grammar.completion_size import shortest_completion_bytes
+from gdserve.kernels.bitmask import unpack_words
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
+SLACKS = (0, 3, 40, 150)  # bytes past the shortest completion, taken in turn
+BUILTINS = ("json", "arithmetic", "function_call", "sql_select")
+MAX_TRIES = 10_000  # per row: far above what any row needs; a unit left uncached would loop forever
+
+
+def corpus() -> list[tuple[str, str, object]]:
+    """(name, kind, spec) for every constraint of the corpus."""
+    files = sorted((ROOT / "schemas").glob("*.json"))
+    maskbench = CONFORMANCE / "maskbench-dev"
+    if maskbench.is_dir():
+        files += sorted(maskbench.rglob("*.json"))
+    items = [(f.name, "json", read_schema(f)) for f in files]
+    items.append(("json_object", "json_object", True))
+    items += [(f"builtin:{name}", "grammar", f"builtin:{name}") for name in BUILTINS]
+    return items
+
+
+def sample_until_done(grammar, max_tokens: int, rng: np.random.Generator) -> bool:
+    """Whether a random walk through the masks completes within max_tokens (EOS included),
+    with each row's budget as the engine sets it."""
+    matcher, bitmask = grammar.matcher(), allocate_token_bitmask(1, grammar.vocab_size)
+    for n in range(max_tokens):
+        fill_with_spent_allowance(matcher, bitmask, budget=max_tokens - n - 2)
+        allowed = np.flatnonzero(unpack_words(bitmask[0].numpy().view(np.uint32), grammar.vocab_size))
+        assert matcher.accept_token(int(rng.choice(allowed)))
+        if matcher.is_terminated():
+            return True
+    return False
+
+
+def fill_with_spent_allowance(matcher, bitmask, budget: int) -> None:
+    """Fill the row with no time allowed past the first completed unit of work, retrying (each
+    try keeps the units it finished) until the row is ready."""
+    for _ in range(MAX_TRIES):
+        allowance = Allowance.of(0.0)
+        allowance.next_row()
+        try:
+            with allowing(allowance):
+                matcher.fill_next_token_bitmask(bitmask, 0, budget=budget)
+            return
+        except MaskPending:
+            continue
+    raise AssertionError(f"a row was not ready after {MAX_TRIES} tries: some unit of work is never kept")
+
+
+def test_every_constraint_closes_before_max_tokens(smollm2_tokenizer):
+    rng = np.random.default_rng(0)
+    cut, checked, unknown = [], 0, []
+    for i, (name, kind, spec) in enumerate(corpus()):
+        try:
+            grammar = compile_grammar(kind, spec, smollm2_tokenizer)
+        except GrammarError:
+            continue  # refused with a message: tested elsewhere
+        shortest = shortest_completion_bytes(grammar)
+        if shortest is None:  # the completion search gave up: no closing guarantee (docs)
+            unknown.append(name)
+            continue
+        max_tokens = shortest + 1 + SLACKS[i % len(SLACKS)]
+        checked += 1
+        if not sample_until_done(grammar, max_tokens, rng):
+            cut.append((name, max_tokens))
+    assert checked >= 30 and len(unknown) <= max(2, checked // 100), unknown
+    assert cut == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_open_object_inside_a_recursive_schema_closes(smollm2_tokenizer, seed):
+    """Where one token opens a key of an object open to any key, near the budget: the rows keep
+    only tokens after which a completion is known to fit."""
+    schema = {"$defs": {"node": {"type": "object", "properties": {
+        "data": {"type": "object"}, "name": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["data", "name"]}}, "$ref": "#/$defs/node"}
+    grammar = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True)
+    shortest = shortest_completion_bytes(grammar)
+    for slack in (0, 20, 120):
+        assert sample_until_done(grammar, shortest + 1 + slack, np.random.default_rng(seed))
