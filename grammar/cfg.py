@@ -24,7 +24,7 @@ import torch
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg_budget import UNKNOWN, next_completions
-from gdserve.grammar.cfg_complete import prefix_tokens, search_completion, shortest_completion, shortest_spelling
+from gdserve.grammar.cfg_complete import search_completion, shortest_completion, shortest_spelling
 from gdserve.grammar.cfg_lexer import Lexer
 from gdserve.grammar.cfg_masks import Expansion, MaskStore
 from gdserve.grammar.cfg_parser import LalrParser, Stack
@@ -35,7 +35,7 @@ from gdserve.kernels.bitmask import empty_words, pack_words, set_bits
 
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that can close in time
-STEER_MARGIN = 16    # bytes one token may add to the shortest completion (a heuristic bound)
+STEER_MARGIN = 16    # closing_window is twice this (bytes)
 MAX_CACHED_NEXT_COMPLETIONS = 64  # states whose tokens' completions a grammar keeps
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 
@@ -319,16 +319,12 @@ class CfgGrammar:
     def _next_completions(self) -> BoundedCache[CfgStates, tuple[int, np.ndarray]]:
         return BoundedCache(MAX_CACHED_NEXT_COMPLETIONS, policy="lru")
 
-    @cached_property
-    def _max_next(self) -> BoundedCache[CfgStates, int]:
-        return BoundedCache(MAX_CACHED_MASKS)
-
-    def next_completions(self, state: CfgStates, budget: int) -> np.ndarray | None:
-        """int32 [vocab_size]: each real token's completion after it where one fits `budget`
-        (cfg_budget), cached for the states most recently used near their budget (an answer
-        for a budget holds for every smaller one)."""
+    def next_completions(self, state: CfgStates, budget: int) -> np.ndarray:
+        """int32 [vocab_size]: the checked tokens' completions after them (cfg_budget), cached for
+        the states most recently used near their budget (an answer for a budget holds for every
+        smaller one)."""
         cached = self._next_completions.lookup(state)
-        if cached is None or (cached[1] is not None and cached[0] < budget):
+        if cached is None or cached[0] < budget:
             with unit_of_work():
                 cached = self._next_completions.put(state, (budget, next_completions(self, state, budget)))
         return cached[1]
@@ -342,8 +338,9 @@ class CfgGrammar:
 
     @cached_property
     def closing_window(self) -> int:
-        """Bytes past a state's own completion within which its row checks every token (a token
-        that opens an optional member adds that member's shortest text, rarely more than this)."""
+        """Bytes past a state's own shortest completion within which its row keeps only checked
+        tokens (before it, a token would have to add more than this to the completion to matter:
+        one that opens an optional member adds that member's shortest text, rarely more)."""
         return 2 * self.steer_margin
 
     def lexer_next_states(self, lex: int) -> np.ndarray:
@@ -352,43 +349,22 @@ class CfgGrammar:
         return self.store.next_states(*self.lexer.arrays(), lex)
 
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
-        """The state's row; near the budget only the tokens after which a known completion fits
-        in `budget` more tokens (bytes bound tokens from above), and EOS where allowed. Where no
-        token's does, those whose completion is shortest; where none is known, the whole row.
-        Where the tokens cannot be read cheaply (cfg_budget.MAX_READ), steer_row instead."""
+        """The state's row; near the budget (within closing_window bytes of the state's shortest
+        completion) only the checked tokens after which a known completion fits in `budget` more
+        tokens (bytes bound tokens from above: cfg_budget), and EOS where allowed; where none
+        fits, those whose completion is shortest. The whole row where no completion is known."""
         full = self.state_mask(state)
-        if budget >= self.closing_zone or self._max_next.get(state, UNKNOWN) <= budget:
+        if budget >= self.closing_zone:
             return full.row
         own = self.completion(state)
-        if own is not None and len(own) + self.closing_window <= budget:
-            return full.row  # no token adds this much to the completion where the check counts
+        if own is None or len(own) + self.closing_window <= budget:
+            return full.row
         dist = self.next_completions(state, budget)
-        if dist is None:
-            return self.steer_row(state, budget)
-        max_next = self._max_next.put(state, int(dist.max()))  # -1: no token allowed
-        if max_next <= budget:
-            return full.row
-        known = dist[dist >= 0]
-        known = known[known < UNKNOWN]
+        known = dist[(dist >= 0) & (dist < UNKNOWN)]
         if not len(known):
-            return full.row
+            return self._with_eos(empty_words(self.vocab_size), True) if full.accepting else full.row
         limit = budget if full.accepting else max(budget, int(known.min()))  # or head for the end
         return self._with_eos(pack_words((dist >= 0) & (dist <= limit), self.vocab_size), full.accepting)
-
-    def steer_row(self, state: CfgStates, budget: int) -> torch.Tensor:
-        """The state's row, or, once the shortest completion (plus steer_margin bytes, one byte
-        per token at worst) no longer fits in `budget` tokens, only the tokens that start that
-        completion (and EOS where allowed): a margin, not a check of every token."""
-        full = self.state_mask(state)
-        path = self.completion(state)
-        if path is None or len(path) + self.steer_margin <= budget:
-            return full.row
-        ids = prefix_tokens(self, path)
-        if not len(ids) and not full.accepting:
-            return full.row
-        words = empty_words(self.vocab_size)
-        set_bits(words, ids)
-        return self._with_eos(words, full.accepting)
 
     def _with_eos(self, words: np.ndarray, eos: bool) -> torch.Tensor:
         if eos:

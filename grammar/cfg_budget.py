@@ -1,66 +1,43 @@
-"""Closing a context-free grammar's text before max_tokens: each allowed token's completion after
-it, so that near its budget a row keeps only the tokens after which the constraint can still be
-completed in time (CfgGrammar.budget_row), as the regex path does with its DFA's distances.
+"""Closing a context-free grammar's text before max_tokens: near its budget a row keeps only the
+tokens after which a completion of the constraint is known to fit in the tokens left
+(CfgGrammar.budget_row), as the regex path does with its DFA's distances.
 
 A token's completion is the length in bytes of a known completion of the state it leads to
 (cfg_complete's search, cached per state); a byte is a token at worst, so bytes bound tokens from
-above. Tokens that start the current state's own completion inherit its rest without a search.
-Tokens are grouped by the state they lead to, so a string's body (most of the vocabulary) costs
-one lexer walk and a search per distinct lexer state, not a step per token: a token that stays
-inside the current lexeme, with no lexeme ending inside it, leads from (stack, lexer state) to
-(stack, the lexer state after its bytes). The other tokens (those that end a lexeme) are read
-one by one.
+above. Two kinds of token are checked, both cheaply: those that start the state's own shortest
+completion (they inherit its rest, no search), and those that stay inside the current lexeme with
+no lexeme ending inside them (a string's body: most of the vocabulary), grouped by the lexer state
+they lead to: one lexer walk and a search per distinct lexer state. The tokens that end a lexeme
+otherwise (thousands, each a parser step to read) are left out near the budget: refusing a token
+never makes an output invalid, and following only checked tokens, a sequence completes in time.
 """
-from collections import defaultdict
-
 import numpy as np
 
 from gdserve.grammar.cfg_complete import prefix_tokens
 from gdserve.kernels.bitmask import unpack_words
 
 UNKNOWN = np.iinfo(np.int32).max  # allowed, but no completion is known after it
-MAX_READ = 2048  # tokens a state may need read one by one (the rest: CfgGrammar steers instead)
 
 
-def next_completions(grammar, state, budget: int) -> np.ndarray | None:
-    """int32 [vocab_size]: for each real token allowed in `state`, the bytes of a completion
-    after it; -1 where not allowed, UNKNOWN where none of at most `budget` bytes was found (or,
-    for the tokens that start the state's own completion, any known). None where more than
-    MAX_READ tokens would be read one by one (lexemes that end inside many tokens: a Lark
-    grammar's space-led words)."""
-    groups = _successors(grammar, state)
-    if groups is None:
-        return None
+def next_completions(grammar, state, budget: int) -> np.ndarray:
+    """int32 [vocab_size]: for each checked token (module docstring), the bytes of a completion
+    after it (UNKNOWN where none of at most `budget` bytes was found); -1 for every other token."""
     out = np.full(grammar.vocab_size, -1, dtype=np.int32)
-    _inherit(grammar, state, groups)
-    for succ, ids in groups.items():
-        path = grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)
-        out[ids] = UNKNOWN if path is None else len(path)
-    return out
-
-
-def _successors(grammar, state) -> dict | None:
-    """{next state: int64 token ids leading to it} over the real tokens allowed in `state`; None
-    past MAX_READ tokens to read one by one."""
-    allowed = np.zeros(grammar.vocab_size, dtype=bool)
-    for config in state:
-        allowed |= unpack_words(grammar.words(config), grammar.vocab_size)
-    groups: dict = defaultdict(list)
-    rest = allowed
     if len(state) == 1:
         (config,) = state
+        allowed = unpack_words(grammar.words(config), grammar.vocab_size)
         grouped, ends = _inside_tokens(grammar, config, allowed)
         for lex in np.unique(ends[grouped]).tolist():
             ids = np.flatnonzero(grouped & (ends == lex))
-            groups[frozenset(grammar.settled(config.stack, lex))].append(ids)
-        rest = allowed & ~grouped
-    if rest.sum() > MAX_READ:
-        return None
-    for token_id in np.flatnonzero(rest).tolist():
-        succ = grammar.advance(state, grammar.token_data(token_id))
-        if succ is not None:
-            groups[succ].append(np.array([token_id]))
-    return {succ: np.concatenate(ids) for succ, ids in groups.items()}
+            succ = frozenset(grammar.settled(config.stack, lex))
+            path = (grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)) if succ else None
+            out[ids] = UNKNOWN if path is None else len(path)
+    own = grammar.completion(state)
+    if own:
+        for token_id in prefix_tokens(grammar, own).tolist():
+            rest = len(own) - len(grammar.token_data(token_id))
+            out[token_id] = min(int(out[token_id]) if out[token_id] >= 0 else UNKNOWN, rest)
+    return out
 
 
 def _inside_tokens(grammar, config, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,17 +63,3 @@ def _subtree_tokens(grammar, roots: np.ndarray) -> np.ndarray:
     lo, counts = t.tok_ptr[nodes], t.tok_ptr[nodes + 1] - t.tok_ptr[nodes]
     ids = t.tok_ids[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())]
     return ids[ids < grammar.vocab_size]
-
-
-def _inherit(grammar, state, groups: dict) -> None:
-    """The successors through a token that starts `state`'s known completion take its rest as
-    theirs (no search)."""
-    path = grammar.completion(state)
-    if not path:
-        return
-    starts = set(prefix_tokens(grammar, path).tolist())
-    for succ, ids in groups.items():
-        for token_id in ids.tolist():
-            if token_id in starts:
-                grammar.inherit_completion(succ, path[len(grammar.token_data(token_id)):])
-                break
