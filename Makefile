@@ -31,13 +31,15 @@ GPU_PYTHON ?= python3
 test-gpu:
 	PYTHONUNBUFFERED=1 $(GPU_PYTHON) scripts/test_gpu.py
 
-# What the GPU machine's runs need carried (nothing downloads there): the wheels its image lacks,
+# What the GPU machine's runs need carried (nothing downloads there): the wheels its image lacks
+# (jsonschema too: the agents bench validates its outputs with it),
 # the shared workloads (GDSERVE_SHARED=$$PWD/build/shared there) and the default model's tokenizer
 # (build/tokenizer, the benches' default). Carry ["build/gpu-wheels", "build/shared", "build/tokenizer"].
 SHARED ?= $(or $(GDSERVE_SHARED),../shared)
 gpu-carry: setup
 	mkdir -p build/gpu-wheels build/shared
-	$(PY) -m pip download -q outlines-core==0.2.14 lark --no-deps --only-binary=:all: --python-version 3.12 \
+	$(PY) -m pip download -q outlines-core==0.2.14 lark jsonschema referencing jsonschema-specifications rpds-py attrs \
+		--no-deps --only-binary=:all: --python-version 3.12 \
 		--platform manylinux2014_x86_64 -d build/gpu-wheels
 	cp -r $(SHARED)/bench build/shared/
 	$(PY) -c "from gdserve.models.loader import load_tokenizer, resolve_model; \

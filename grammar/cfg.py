@@ -356,7 +356,8 @@ class CfgGrammar:
         full = self.state_mask(state)
         if budget >= self.closing_zone:
             return full.row
-        own = self.completion(state)
+        # A bounded search: an unbounded one can take seconds where no short completion exists.
+        own = self.completion_within(state, budget + self.closing_window) or self.known_completion(state)
         if own is None or len(own) + self.closing_window <= budget:
             return full.row
         dist = self.next_completions(state, budget)

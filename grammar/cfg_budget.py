@@ -32,7 +32,7 @@ def next_completions(grammar, state, budget: int) -> np.ndarray:
             succ = frozenset(grammar.settled(config.stack, lex))
             path = (grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)) if succ else None
             out[ids] = UNKNOWN if path is None else len(path)
-    own = grammar.completion(state)
+    own = grammar.known_completion(state)
     if own:
         for token_id in prefix_tokens(grammar, own).tolist():
             rest = len(own) - len(grammar.token_data(token_id))
