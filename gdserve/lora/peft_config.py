@@ -103,10 +103,11 @@ class PeftLoRAConfig:
             raise LoRALoadError(f"r must be a positive integer, got {self.r!r}")
         if not _is_number(self.lora_alpha):
             raise LoRALoadError(f"lora_alpha must be a number, got {self.lora_alpha!r}")
-        if self.layers_to_transform is not None and not all(_is_int(i) for i in self.layers_to_transform):
-            raise LoRALoadError(f"layers_to_transform must be integers, got {self.layers_to_transform!r}")
-        if not all(isinstance(p, str) for p in self.layers_pattern):
-            raise LoRALoadError(f"layers_pattern must be strings, got {self.layers_pattern!r}")
+        layers, pattern = self.layers_to_transform, self.layers_pattern
+        if layers is not None and not (isinstance(layers, list) and all(_is_int(i) for i in layers)):
+            raise LoRALoadError(f"layers_to_transform must be an integer or a list of them, got {layers!r}")
+        if not (isinstance(pattern, list) and all(isinstance(p, str) for p in pattern)):
+            raise LoRALoadError(f"layers_pattern must be a string or a list of them, got {pattern!r}")
         for key, values, valid in (("rank_pattern", self.rank_pattern, lambda v: _is_int(v) and v >= 1),
                                    ("alpha_pattern", self.alpha_pattern, _is_number)):
             if not isinstance(values, dict) or not all(isinstance(k, str) and valid(v) for k, v in values.items()):

@@ -225,6 +225,8 @@ def test_rank_pattern_over_max_rank(adapter_dir, tiny, tmp_path):
     ({"target_modules": "(q_proj"}, "target_modules '\\(q_proj' is not a valid regex"),
     ({"target_modules": None}, "target_modules must be a regex string or a non-empty list"),
     ({"r": 0}, "r must be a positive integer"),
+    ({"layers_to_transform": "1"}, "layers_to_transform must be an integer or a list of them, got '1'"),
+    ({"layers_to_transform": [1], "layers_pattern": 3}, "layers_pattern must be a string or a list of them"),
     ({"rank_pattern": {"q_proj": "4"}}, "rank_pattern must map module patterns to positive integers"),
     ({"alpha_pattern": {"(v": 4}}, "alpha_pattern '\\(v' is not a valid regex"),
 ])
