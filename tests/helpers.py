@@ -1,5 +1,7 @@
 """Shared test helpers: build tiny HF checkpoints, and drive our model through a paged KV cache
 the way the ModelRunner does."""
+import copy
+import shutil
 from pathlib import Path
 
 import torch
@@ -149,9 +151,7 @@ def save_peft_adapter(hf_model, path: Path, r: int = 8, alpha: float = 16,
     The delta's size goes as std^2 * alpha / sqrt(r): with r=8, alpha=16, std 0.04 turns SmolLM2's
     greedy answers into other coherent ones (0.02 leaves short answers unchanged, 0.05 makes them
     gibberish) and changes the tiny random Llama's within a few tokens."""
-    import copy
-
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # here: the other helpers do without peft
 
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0,
                         target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
@@ -169,13 +169,12 @@ def save_merged_model(base_dir: Path, adapter_dir: Path, path: Path) -> Path:
     """An HF-format dir (fp32 weights, the base's tokenizer) of base_dir's model with the adapter in
     adapter_dir merged in (peft's merge_and_unload): what the base model serving that adapter should
     compute."""
-    import shutil
-
     from peft import PeftModel
 
     path.mkdir(parents=True, exist_ok=True)
     for file in Path(base_dir).iterdir():
-        if file.is_file() and file.suffix not in (".safetensors", ".bin") and file.name != "config.json":
+        weights = file.suffix in (".safetensors", ".bin") or file.name.endswith(".index.json")
+        if file.is_file() and not weights and file.name != "config.json":
             shutil.copy(file, path / file.name)
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     PeftModel.from_pretrained(base, adapter_dir).merge_and_unload().save_pretrained(path)
