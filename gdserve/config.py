@@ -47,6 +47,13 @@ class EngineConfig:
     # Read each step's sampled tokens back during the next step's forward (None: on CUDA only;
     # on CPU the forward runs on the calling thread, so there is nothing to overlap)
     async_scheduling: bool | None = None
+    # LoRA adapters (vLLM's names): a batch mixes the base model and up to max_loras adapters, each
+    # in a GPU slot of max_lora_rank; up to max_cpu_loras adapters (None: max_loras) stay read in
+    # CPU memory, the least recently used leaving first
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
 
     def __post_init__(self):
         _check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
@@ -68,6 +75,12 @@ class EngineConfig:
         if self.grammar_compile_workers is None:
             self.grammar_compile_workers = default_compile_workers()
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
+        _check(self.max_loras >= 1, "max_loras", "must be >= 1")
+        _check(self.max_lora_rank >= 1, "max_lora_rank", "must be >= 1")
+        if self.max_cpu_loras is None:
+            self.max_cpu_loras = self.max_loras
+        _check(self.max_cpu_loras >= self.max_loras, "max_cpu_loras",
+               f"must be >= max_loras ({self.max_loras})")
 
     def grammar_cache_path(self) -> Path | None:
         if self.grammar_cache_dir == "auto":

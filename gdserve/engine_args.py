@@ -31,6 +31,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                         help="read sampled tokens back during the next step's forward (default: on CUDA)")
+    parser.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters over the base model")
+    parser.add_argument("--max-loras", type=int, default=1, help="adapters one batch may mix (GPU slots)")
+    parser.add_argument("--max-lora-rank", type=int, default=16, help="the largest adapter rank served")
+    parser.add_argument("--max-cpu-loras", type=int,
+                        help="adapters kept read in CPU memory, least recently used out first (default: --max-loras)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -45,4 +50,5 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s,
                 grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
-                async_scheduling=args.async_scheduling)
+                async_scheduling=args.async_scheduling, enable_lora=args.enable_lora, max_loras=args.max_loras,
+                max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras)

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from gdserve.config import EngineConfig
 from gdserve.engine.llm_engine import EngineStats, LLMEngine
 from gdserve.grammar import Grammar
+from gdserve.lora.request import LoRARequest
 from gdserve.outputs import RequestOutput
 from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
 
@@ -79,14 +80,15 @@ class AsyncLLM:
 
     async def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                           prompt: str | None = None, grammar: Grammar | None = None,
-                          on_output: Callable[[RequestOutput], None] | None = None) -> "RequestStream":
+                          on_output: Callable[[RequestOutput], None] | None = None,
+                          lora_request: LoRARequest | None = None) -> "RequestStream":
         """Queue a request; a bad one raises ValueError. Iterate the returned stream for its
         outputs; closing it (or dropping it) before the end aborts the request."""
         outputs: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
         def add() -> None:
-            self.engine.add_request(prompt_token_ids, params, request_id, prompt, grammar)
+            self.engine.add_request(prompt_token_ids, params, request_id, prompt, grammar, lora_request)
             self._streams[request_id] = (loop, outputs)
 
         self._num_active += 1
@@ -100,12 +102,24 @@ class AsyncLLM:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        prompt: str | None = None,
-                       grammar: Grammar | None = None) -> AsyncIterator[RequestOutput]:
+                       grammar: Grammar | None = None,
+                       lora_request: LoRARequest | None = None) -> AsyncIterator[RequestOutput]:
         """add_request, then its outputs; leaving the loop early aborts the request."""
-        stream = await self.add_request(request_id, prompt_token_ids, params, prompt, grammar)
+        stream = await self.add_request(request_id, prompt_token_ids, params, prompt, grammar,
+                                        lora_request=lora_request)
         async with aclosing(stream):
             async for out in stream:
                 yield out
+
+    async def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Read an adapter in on the engine thread (False: it already was); LoRALoadError if it can't be."""
+        return await self._call(lambda: self.engine.add_lora(lora_request))
+
+    async def remove_lora(self, lora_int_id: int) -> bool:
+        return await self._call(lambda: self.engine.remove_lora(lora_int_id))
+
+    async def list_loras(self) -> set[int]:
+        return await self._call(self.engine.list_loras)
 
     async def embed(self, prompt_token_ids: list[int]) -> list[float]:
         return await self._call(lambda: self.engine.embed(prompt_token_ids))

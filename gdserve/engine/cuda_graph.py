@@ -5,10 +5,13 @@ A graph fixes every host-side value the forward reads. Attention's are the decod
 its longest context (which picks the split-K layout): graphs are captured with every context at
 max_model_len, and the kernels bound each sequence by its real length from `seq_lens` on the device.
 Rows past the real batch are padding: KV slot -1 (nothing written), context length 1, output unused.
+With LoRA, the graphs read a static token -> adapter slot mapping too, which each step overwrites.
 """
 import torch
 
+from gdserve.kernels.lora import LoRAMapping
 from gdserve.layers.attention import AttentionMetadata
+from gdserve.lora.layers import LoRAContext
 
 
 def batch_buckets(max_num_seqs: int) -> list[int]:
@@ -19,8 +22,9 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
 
 class CudaGraphRunner:
     def __init__(self, model: torch.nn.Module, max_num_seqs: int, max_model_len: int, block_size: int,
-                 device: torch.device):
+                 device: torch.device, lora_context: LoRAContext | None = None):
         self.model = model
+        self.lora_context = lora_context
         self.max_model_len = max_model_len
         self.buckets = batch_buckets(max_num_seqs)
         n, max_blocks = self.buckets[-1], -(-max_model_len // block_size)
@@ -30,6 +34,7 @@ class CudaGraphRunner:
         self.block_tables = torch.zeros(n, max_blocks, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.lora_mapping = LoRAMapping.static(n, device) if lora_context is not None else None
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
 
@@ -49,6 +54,8 @@ class CudaGraphRunner:
         pool = None
         for n in reversed(self.buckets):
             args = (self.input_ids[:n], self.positions[:n], self._meta(n))
+            if self.lora_context is not None:
+                self.lora_context.mapping = self.lora_mapping.narrow(n)
             self.model(*args)  # warm-up: Triton compiles and autotunes outside the capture
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
@@ -57,6 +64,8 @@ class CudaGraphRunner:
             pool = graph.pool()
             self.graphs[n] = graph
         torch.cuda.synchronize()
+        if self.lora_context is not None:
+            self.lora_context.mapping = None
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
@@ -71,5 +80,7 @@ class CudaGraphRunner:
         self.block_tables[:num_seqs, :width].copy_(meta.block_tables)
         self.seq_lens[:num_seqs].copy_(meta.seq_lens_tensor)
         self.seq_lens[num_seqs:n].fill_(1)
+        if self.lora_mapping is not None:
+            self.lora_mapping.copy_(self.lora_context.mapping)
         self.graphs[n].replay()
         return self.outputs[n][:num_seqs]

@@ -5,6 +5,7 @@ from concurrent.futures import Future
 
 from gdserve.config import EngineConfig
 from gdserve.engine.llm_engine import LLMEngine
+from gdserve.lora.request import LoRARequest
 from gdserve.models.registry import DEFAULT_MODEL
 from gdserve.outputs import RequestOutput
 from gdserve.sampling_params import SamplingParams
@@ -22,15 +23,19 @@ class LLM:
         return self.engine.tokenizer
 
     def generate(self, prompts: Prompt | list[Prompt],
-                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 lora_request: LoRARequest | list[LoRARequest | None] | None = None) -> list[RequestOutput]:
+        """lora_request: one adapter for every prompt, or a list with one (or None) per prompt."""
         prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
         tokenized = [self._tokenize(p) for p in prompts]
-        return self._run(tokenized, self._params_per_prompt(sampling_params, len(prompts)))
+        return self._run(tokenized, self._params_per_prompt(sampling_params, len(prompts)),
+                         self._loras_per_prompt(lora_request, len(prompts)))
 
     def chat(self, messages: list[dict] | list[list[dict]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None,
              chat_template: str | None = None, add_generation_prompt: bool = True,
-             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+             chat_template_kwargs: dict | None = None,
+             lora_request: LoRARequest | list[LoRARequest | None] | None = None) -> list[RequestOutput]:
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         tokenizer = self.engine.tokenizer
         tokenized = []
@@ -39,7 +44,8 @@ class LLM:
                                                  add_generation_prompt=add_generation_prompt,
                                                  **(chat_template_kwargs or {}))
             tokenized.append((text, tokenizer.encode(text, add_special_tokens=False)))
-        return self._run(tokenized, self._params_per_prompt(sampling_params, len(conversations)))
+        return self._run(tokenized, self._params_per_prompt(sampling_params, len(conversations)),
+                         self._loras_per_prompt(lora_request, len(conversations)))
 
     def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -58,7 +64,17 @@ class LLM:
             raise ValueError("sampling_params must be one SamplingParams or a list with one per prompt")
         return list(params)
 
-    def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
+    @staticmethod
+    def _loras_per_prompt(lora_request, num_prompts: int) -> list[LoRARequest | None]:
+        if lora_request is None or isinstance(lora_request, LoRARequest):
+            return [lora_request] * num_prompts
+        if (not isinstance(lora_request, SequenceABC) or len(lora_request) != num_prompts
+                or not all(r is None or isinstance(r, LoRARequest) for r in lora_request)):
+            raise ValueError("lora_request must be one LoRARequest or a list with one (or None) per prompt")
+        return list(lora_request)
+
+    def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams],
+             loras: list[LoRARequest | None]) -> list[RequestOutput]:
         """Every request starts at once, guided ones while their constraints compile (in parallel,
         cached), so no request waits for another's compile; a constraint that fails to compile
         aborts the batch and raises its GrammarError as soon as it is known."""
@@ -66,9 +82,9 @@ class LLM:
         compiles = [engine.guided.submit(p.guided) for p in params if p.guided is not None]
         ids = []
         try:
-            for (text, token_ids), p in zip(prompts, params):
+            for (text, token_ids), p, lora in zip(prompts, params, loras):
                 p = dataclasses.replace(p, output_kind="final_only")  # nothing streams here
-                ids.append(engine.add_request(token_ids, p, prompt=text))
+                ids.append(engine.add_request(token_ids, p, prompt=text, lora_request=lora))
             finished: dict[str, RequestOutput] = {}
             while len(finished) < len(ids):
                 _raise_failed_compile(compiles)

@@ -23,8 +23,12 @@ from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import ScheduledBatch, Scheduler
-from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
 from gdserve.grammar import Grammar
+from gdserve.lora.adapter import LoRALoadError
+from gdserve.lora.layers import wrap_lora_layers
+from gdserve.lora.manager import LoRAManager
+from gdserve.lora.request import LoRARequest
+from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
 
@@ -69,6 +73,13 @@ class LLMEngine:
         path = resolve_model(config.model)
         self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format,
                                                      config.quantization)
+        self.lora, lora_context = None, None
+        if config.enable_lora:
+            lora_context, layers = wrap_lora_layers(self.model, config.max_loras, config.max_lora_rank,
+                                                    self.dtype, self.device)
+            self.model.fuse_activation_quant()
+            self.lora = LoRAManager(self.model, layers, config.max_loras, config.max_cpu_loras,
+                                    config.max_lora_rank, self.dtype)
         self.tokenizer = load_tokenizer(resolve_model(config.tokenizer) if config.tokenizer else path)
         self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
         self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
@@ -78,13 +89,14 @@ class LLMEngine:
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
         self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
-                                  self.device, self.kv_cache_dtype)
+                                  self.device, self.kv_cache_dtype, lora_context)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         if self.device.type == "cuda":
             self.runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.max_loras if config.enable_lora else 0)
         self.sampler = Sampler()
         # Overlap each step's host work with the device's forward (where the forward is asynchronous).
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
@@ -100,16 +112,19 @@ class LLMEngine:
     # ---- admission -------------------------------------------------------------------------
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, prompt: str | None = None,
-                    grammar: Grammar | None = None) -> str:
+                    grammar: Grammar | None = None, lora_request: LoRARequest | None = None) -> str:
         """Queue a request. A guided one whose compiled `grammar` is not given compiles in the
-        background while the engine keeps stepping; a compile error finishes it with an error."""
+        background while the engine keeps stepping; a compile error finishes it with an error.
+        A lora_request's adapter is read now if it is not already (a LoRALoadError if it can't be)."""
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         max_tokens = self._check_prompt(prompt_token_ids, params)
         if grammar is not None:
             check_fits(grammar, max_tokens)
-        seqs = [self._new_sequence(request_id, i, prompt_token_ids, params, max_tokens)
+        if lora_request is not None:
+            self.add_lora(lora_request)
+        seqs = [self._new_sequence(request_id, i, prompt_token_ids, params, max_tokens, lora_request)
                 for i in range(params.n)]
         if self.config.enable_prefix_caching:
             for sibling in seqs[1:]:
@@ -167,14 +182,53 @@ class LLMEngine:
         return max_tokens
 
     def _new_sequence(self, request_id: str, index: int, prompt_token_ids: list[int],
-                      params: SamplingParams, max_tokens: int) -> Sequence:
+                      params: SamplingParams, max_tokens: int, lora_request: LoRARequest | None) -> Sequence:
         generator = None
         if params.seed is not None:
             generator = torch.Generator(self.device).manual_seed(params.seed + index)
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens,
                                              params.stop or [], params.include_stop_str_in_output)
         return Sequence(request_id, index, list(prompt_token_ids), len(prompt_token_ids), params,
-                        max_tokens, detokenizer, generator)
+                        max_tokens, detokenizer, generator, lora_request=lora_request,
+                        extra_keys=(lora_request.lora_int_id,) if lora_request is not None else ())
+
+    # ---- LoRA adapters ---------------------------------------------------------------------
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Read an adapter into CPU memory (False: it already was). LoRALoadError names what is
+        wrong with its directory."""
+        return self._lora_manager().add(lora_request)
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        return self._lora_manager().remove(lora_int_id)
+
+    def list_loras(self) -> set[int]:
+        return self._lora_manager().list()
+
+    def _lora_manager(self) -> LoRAManager:
+        if self.lora is None:
+            raise ValueError("LoRA adapters need an engine started with enable_lora=True (--enable-lora)")
+        return self.lora
+
+    def _lora_slots(self, batch: ScheduledBatch) -> list[int] | None:
+        """Each scheduled sequence's adapter slot (-1: none), its adapter copied in if needed. A
+        sequence whose adapter can no longer be read (its directory changed since) fails and
+        leaves the batch."""
+        if self.lora is None:
+            return None
+        requests = {s.lora_int_id: s.lora_request for s in batch.seqs if s.lora_request is not None}
+        for lora_int_id, request in list(requests.items()):
+            try:
+                self.lora.add(request)  # read back from disk if it has left the CPU cache
+            except LoRALoadError as e:
+                del requests[lora_int_id]
+                for seq in [s for s in batch.seqs if s.lora_int_id == lora_int_id]:
+                    if seq.request_id in self.requests and not seq.is_finished:
+                        self._fail(seq.request_id, str(e))
+                keep = [i for i, s in enumerate(batch.seqs) if s.lora_int_id != lora_int_id]
+                batch.seqs = [batch.seqs[i] for i in keep]
+                batch.num_new_tokens = [batch.num_new_tokens[i] for i in keep]
+        slots = self.lora.activate(requests.values())
+        return [slots.get(s.lora_int_id, -1) for s in batch.seqs]
 
     def abort_request(self, request_id: str) -> None:
         self.compiling.pop(request_id, None)
@@ -233,12 +287,12 @@ class LLMEngine:
         in_flight = batch.seqs + (self._pending.seqs if self._pending is not None else [])
         outputs: list[RequestOutput] = []
         try:
-            self._run_batch(batch, outputs)
+            self._run_batch(batch, outputs, self._lora_slots(batch))
         except Exception as e:
             self._fail_step(in_flight, e)
         return outputs + self._take_failed()
 
-    def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput]) -> None:
+    def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput], lora_slots: list[int] | None) -> None:
         """Run the batch, adding to outputs as they come: a failure keeps those before it."""
         if batch.is_empty:
             outputs += self._take_pending()
@@ -248,7 +302,7 @@ class LLMEngine:
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
-        logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids)
+        logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids, lora_slots)
         self.guided.begin_step()
         outputs += self._take_pending()
         for seq, n in zip(batch.seqs, batch.num_new_tokens):

@@ -5,9 +5,11 @@ import torch
 
 from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import PLACEHOLDER, Sequence
+from gdserve.kernels.lora import LoRAMapping
 from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.layers.quantization import Fp8Linear
+from gdserve.lora.layers import LoRAContext
 from gdserve.models.config import ModelConfig
 from gdserve.utils import to_device
 
@@ -48,8 +50,9 @@ def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, config: ModelConfig, num_blocks: int, block_size: int,
-                 device: torch.device, kv_cache_dtype: torch.dtype):
+                 device: torch.device, kv_cache_dtype: torch.dtype, lora_context: LoRAContext | None = None):
         self.model = model
+        self.lora_context = lora_context
         self.block_size = block_size
         self.device = device
         shape = (2, config.num_hidden_layers, num_blocks, block_size,
@@ -65,7 +68,8 @@ class ModelRunner:
         the Triton KV write and attention, which take the graphs' padding rows)."""
         if not (use_triton(self.kv_cache, "kv_cache") and use_triton(self.kv_cache, "paged_attention")):
             return
-        self.cuda_graphs = CudaGraphRunner(self.model, max_num_seqs, max_model_len, self.block_size, self.device)
+        self.cuda_graphs = CudaGraphRunner(self.model, max_num_seqs, max_model_len, self.block_size, self.device,
+                                           self.lora_context)
         self.cuda_graphs.capture()
 
     @torch.inference_mode()
@@ -84,6 +88,10 @@ class ModelRunner:
         hidden = None
         for num_tokens in sorted({1, max(1, largest)}):
             hidden = self.dummy_step(num_tokens, max_model_len)
+            if self.lora_context is not None:  # the LoRA kernels too (the slots are empty at startup)
+                self._set_lora([0] * num_tokens)
+                self.dummy_step(num_tokens, max_model_len)
+                self._set_lora(None)
         rows = gemm_warm_up_rows(max_num_tokens)
         for layer in self._distinct_linears():
             x = hidden.new_zeros(rows[-1], layer.in_features)
@@ -118,19 +126,32 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
-                pending_token_ids: torch.Tensor | None = None) -> torch.Tensor:
+                pending_token_ids: torch.Tensor | None = None, lora_slots: list[int] | None = None) -> torch.Tensor:
         """Run one forward over the batch and return the logits [len(sample_rows), V] of the
         last new token of each sequence in sample_rows (indices into seqs). An input that is a
         PLACEHOLDER is read from pending_token_ids (the last sampled batch, still on the device)
-        at the sequence's pending_row. Nothing here waits for the device."""
-        input_ids, positions, meta, logits_index = self._prepare(seqs, num_new_tokens, sample_rows,
+        at the sequence's pending_row. lora_slots: each sequence's adapter slot (-1: none).
+        Nothing here waits for the device."""
+        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
+        input_ids, positions, meta, logits_index = self._prepare(order, seqs, num_new_tokens, sample_rows,
                                                                  pending_token_ids)
+        if self.lora_context is not None:
+            slots = lora_slots or [-1] * len(seqs)
+            self._set_lora([slots[i] for i in order for _ in range(num_new_tokens[i])])
         graphs = self.cuda_graphs
         if graphs is not None and meta.num_decodes == len(seqs) <= graphs.max_batch:
             hidden = graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[logits_index])
+
+    def _set_lora(self, token_slots: list[int] | None) -> None:
+        """The mapping the LoRA layers read in the next forward: None where no token uses an
+        adapter, except under CUDA graphs, which replay theirs (all -1 then)."""
+        if token_slots is not None and (self.cuda_graphs is not None or max(token_slots) >= 0):
+            self.lora_context.mapping = LoRAMapping.build(token_slots, self.device)
+        else:
+            self.lora_context.mapping = None
 
     @torch.inference_mode()
     def embed(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
@@ -139,14 +160,15 @@ class ModelRunner:
         positions, meta = AttentionMetadata.build([block_table], [0], [len(token_ids)],
                                                   self.block_size, self.device)
         input_ids = to_device(token_ids, torch.int64, self.device)
+        if self.lora_context is not None:
+            self._set_lora(None)
         hidden = self.model(input_ids, positions, meta).float()  # [T, hidden]
         return torch.nn.functional.normalize(hidden.mean(0), dim=0).cpu()
 
-    def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
+    def _prepare(self, order: list[int], seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
                  pending_token_ids: torch.Tensor | None):
         # Attention wants single-token sequences first (sorted by context length, which lets it
-        # group them with little padding); logits_index maps the caller's sample_rows to tokens.
-        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
+        # group them with little padding: `order`); logits_index maps the caller's sample_rows to tokens.
         seqs = [seqs[i] for i in order]
         num_new_tokens = [num_new_tokens[i] for i in order]
         starts = [s.num_computed_tokens for s in seqs]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gdserve.engine.detokenizer import IncrementalDetokenizer
+from gdserve.lora.request import LoRARequest
 from gdserve.sampling_params import SamplingParams
 
 
@@ -31,7 +32,8 @@ class Sequence:
     detokenizer: IncrementalDetokenizer | None
     generator: torch.Generator | None
     matcher: object | None = None  # a gdserve.grammar Matcher for guided requests
-    extra_keys: tuple = ()        # mixed into block hashes (e.g. a LoRA id)
+    lora_request: LoRARequest | None = None
+    extra_keys: tuple = ()        # mixed into block hashes: the LoRA id, whose KV differs from the base's
     # The sample that computes the shared prompt; siblings wait for it to hit its prefix blocks.
     leader: "Sequence | None" = None
     status: SequenceStatus = SequenceStatus.WAITING
@@ -48,6 +50,10 @@ class Sequence:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None
     arrival_time: float = field(default_factory=time.monotonic)
+
+    @property
+    def lora_int_id(self) -> int:
+        return self.lora_request.lora_int_id if self.lora_request is not None else 0
 
     @property
     def num_tokens(self) -> int:

@@ -20,8 +20,10 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_loras: int = 0):
         self.kv_cache = kv_cache
+        self.max_loras = max_loras  # distinct adapters the running batch may use
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -64,10 +66,17 @@ class Scheduler:
         return True
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+        """FCFS, except that a sequence whose adapter would exceed max_loras waits (keeping its
+        place) while those behind it go in."""
+        loras = {s.lora_int_id for s in self.running if s.lora_int_id}
+        held_back: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.leader is not None and not seq.leader.is_prefilled and not seq.leader.is_finished:
                 break  # its prompt blocks are about to be cached by the leader: wait for them
+            if seq.lora_int_id and seq.lora_int_id not in loras and len(loras) >= self.max_loras:
+                held_back.append(self.waiting.popleft())
+                continue
             computed = self.kv_cache.get_computed_blocks(seq)
             num_cached = len(computed) * self.kv_cache.block_size
             num_new = min(seq.num_tokens - num_cached, budget)
@@ -82,6 +91,9 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(num_new)
             budget -= num_new
+            if seq.lora_int_id:
+                loras.add(seq.lora_int_id)
+        self.waiting.extendleft(reversed(held_back))
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute later: drop the KV blocks, keep the tokens, go back to the head of the queue."""

@@ -120,9 +120,14 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, meta)
 
     def quantize(self, method: str) -> None:
-        """Quantize the loaded linear layers (the LM head apart). A norm or activation whose one
-        reader is now an Fp8Linear hands it the activation quantized in the norm's own kernel."""
+        """Quantize the loaded linear layers (the LM head apart)."""
         quantize_linears(self, method, skip=(self.lm_head,))
+        self.fuse_activation_quant()
+
+    def fuse_activation_quant(self) -> None:
+        """Let each norm or activation quantize its output in its own kernel where its one reader
+        is an Fp8Linear (and not where that reader is wrapped, e.g. by LoRA, which reads the
+        unquantized activation too)."""
         for layer in self.model.layers:
             layer.input_layernorm.quant_fp8 = isinstance(layer.self_attn.qkv_proj, Fp8Linear)
             layer.post_attention_layernorm.quant_fp8 = isinstance(layer.mlp.gate_up_proj, Fp8Linear)

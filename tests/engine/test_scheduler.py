@@ -4,8 +4,8 @@ from gdserve.engine.scheduler import Scheduler
 from tests.engine.helpers import fake_step, make_seq
 
 
-def make_scheduler(num_blocks=64, block_size=4, max_num_seqs=8, budget=64):
-    return Scheduler(KVCacheManager(num_blocks, block_size), max_num_seqs, budget)
+def make_scheduler(num_blocks=64, block_size=4, max_num_seqs=8, budget=64, max_loras=0):
+    return Scheduler(KVCacheManager(num_blocks, block_size), max_num_seqs, budget, max_loras)
 
 
 def test_token_budget_chunks_prefills_and_serves_decodes_first():
@@ -81,3 +81,18 @@ def test_finish_from_waiting_frees_nothing_twice():
     s.add(a)
     s.finish(a)
     assert not s.has_unfinished() and s.kv_cache.num_free_blocks == s.kv_cache.num_blocks
+
+
+def test_max_loras_holds_back_a_new_adapter_but_not_those_behind_it():
+    s = make_scheduler(max_loras=2)
+    seqs = [make_seq(range(5), "a", lora_int_id=1), make_seq(range(5), "b", lora_int_id=2),
+            make_seq(range(5), "c", lora_int_id=3), make_seq(range(5), "d", lora_int_id=1),
+            make_seq(range(5), "e")]
+    for q in seqs:
+        s.add(q)
+    batch = fake_step(s)
+    assert [q.request_id for q in batch.seqs] == ["a", "b", "d", "e"]
+    assert [q.request_id for q in s.waiting] == ["c"]
+    while s.has_unfinished():
+        fake_step(s)
+    assert seqs[2].is_finished  # admitted once the other adapters' sequences were done
