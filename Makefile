@@ -32,13 +32,13 @@ test-gpu:
 	PYTHONUNBUFFERED=1 $(GPU_PYTHON) scripts/test_gpu.py
 
 # What the GPU machine's runs need carried (nothing downloads there): the wheels its image lacks
-# (jsonschema too: the agents bench validates its outputs with it),
+# (jsonschema: the agents bench validates its outputs with it; peft: the LoRA tests make adapters),
 # the shared workloads (GDSERVE_SHARED=$$PWD/build/shared there) and the default model's tokenizer
 # (build/tokenizer, the benches' default). Carry ["build/gpu-wheels", "build/shared", "build/tokenizer"].
 SHARED ?= $(or $(GDSERVE_SHARED),../shared)
 gpu-carry: setup
 	mkdir -p build/gpu-wheels build/shared
-	$(PY) -m pip download -q outlines-core==0.2.14 lark jsonschema referencing jsonschema-specifications rpds-py attrs \
+	$(PY) -m pip download -q outlines-core==0.2.14 lark jsonschema referencing jsonschema-specifications rpds-py attrs peft accelerate psutil \
 		--no-deps --only-binary=:all: --python-version 3.12 \
 		--platform manylinux2014_x86_64 -d build/gpu-wheels
 	cp -r $(SHARED)/bench build/shared/
