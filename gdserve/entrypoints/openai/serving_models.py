@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from gdserve.engine.async_llm import AsyncLLM
 from gdserve.entrypoints.openai.errors import APIError, bad_request
 from gdserve.entrypoints.openai.lora_modules import LoRAModulePath
+from gdserve.lora.adapter import LoRALoadError
 from gdserve.lora.request import LoRARequest
 
 
@@ -58,8 +59,10 @@ class ServingModels:
         async with self._lock:
             try:
                 return await self._add(lora_name, lora_path)
+            except LoRALoadError as e:
+                raise bad_request(str(e), "lora_path") from None
             except ValueError as e:
-                raise bad_request(str(e)) from None
+                raise bad_request(str(e), "lora_name") from None
 
     async def unload_lora_adapter(self, lora_name: str | None, lora_int_id: int | None) -> LoRARequest:
         """POST /v1/unload_lora_adapter by name or id: a 404 for one not loaded. Requests already

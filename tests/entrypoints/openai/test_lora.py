@@ -177,7 +177,7 @@ def test_load_and_unload_at_runtime(lora_server, offline, adapters):
     assert card["root"] == str(adapters[2]) and card["parent"] == "test-model"
 
     status, text = post_text(lora_server, "/v1/load_lora_adapter", {"lora_name": "a2", "lora_path": str(adapters[0])})
-    assert_error(status, text, 400, "'a2'", "already loaded")
+    assert assert_error(status, text, 400, "'a2'", "already loaded")["param"] == "lora_name"
 
     status, text = post_text(lora_server, "/v1/unload_lora_adapter", {"lora_name": "a2"})
     assert (status, text) == (200, "Success: LoRA adapter 'a2' removed successfully."), text
@@ -185,7 +185,7 @@ def test_load_and_unload_at_runtime(lora_server, offline, adapters):
     with pytest.raises(openai.NotFoundError):
         complete(lora_server, "a2")
     status, text = post_text(lora_server, "/v1/unload_lora_adapter", {"lora_name": "a2"})
-    assert_error(status, text, 404, "'a2'", "not loaded")
+    assert assert_error(status, text, 404, "'a2'", "not loaded")["type"] == "not_found_error"
 
     # loaded again under the same name, it serves again (under a new lora_int_id)
     assert post_text(lora_server, "/v1/load_lora_adapter", {"lora_name": "a2", "lora_path": str(adapters[2])})[0] == 200
@@ -196,7 +196,7 @@ def test_load_and_unload_at_runtime(lora_server, offline, adapters):
 def test_loading_a_bad_adapter_is_a_400_naming_the_problem(lora_server, tmp_path):
     missing = tmp_path / "missing"
     status, text = post_text(lora_server, "/v1/load_lora_adapter", {"lora_name": "bad", "lora_path": str(missing)})
-    assert_error(status, text, 400, str(missing))
+    assert assert_error(status, text, 400, str(missing))["param"] == "lora_path"
     (tmp_path / "empty").mkdir()
     status, text = post_text(lora_server, "/v1/load_lora_adapter", {"lora_name": "bad",
                                                                     "lora_path": str(tmp_path / "empty")})
