@@ -14,8 +14,10 @@ from gdserve.entrypoints.openai.metrics import CONTENT_TYPE_LATEST, Metrics
 from gdserve.entrypoints.openai.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from gdserve.entrypoints.openai.openapi import (MODEL_ROUTE, ChatCompletion, Completion, EmbeddingList,
                                                 ModelList, responses)
-from gdserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from gdserve.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, EmbeddingRequest,
+                                                 LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest)
 from gdserve.entrypoints.openai.serving import ServingContext, now
+from gdserve.entrypoints.openai.serving_models import ServingModels
 from gdserve.entrypoints.openai.serving_chat import create_chat_completion
 from gdserve.entrypoints.openai.serving_completion import create_completion
 from gdserve.entrypoints.openai.serving_embedding import create_embedding
@@ -23,13 +25,15 @@ from gdserve.entrypoints.openai.serving_embedding import create_embedding
 
 def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = None,
               max_queue: int | None = None, chat_template: str | None = None,
-              limits: RequestLimits | None = None, allowed_origins: list[str] | None = None) -> FastAPI:
+              limits: RequestLimits | None = None, allowed_origins: list[str] | None = None,
+              models: ServingModels | None = None, allow_runtime_lora: bool = False) -> FastAPI:
     """chat_template: a Jinja template overriding the tokenizer's. allowed_origins: CORS is off
-    unless given. The app shuts the engine down when it stops (uvicorn re-raises SIGTERM after its
-    shutdown, so this is the last chance)."""
+    unless given. models: the LoRA adapters served beside the base model (loaded already);
+    allow_runtime_lora adds the routes that load and unload them. The app shuts the engine down
+    when it stops (uvicorn re-raises SIGTERM after its shutdown, so this is the last chance)."""
     limits = limits or RequestLimits()
     ctx = ServingContext(engine, copy.deepcopy(engine.tokenizer), served_model_name,
-                         Metrics(engine, served_model_name), max_queue, chat_template, limits)
+                         Metrics(engine, served_model_name), max_queue, chat_template, limits, models)
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         yield
@@ -56,9 +60,7 @@ def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = No
 
     @app.get("/v1/models", responses=responses(ok=ModelList))
     async def models() -> dict:
-        card = {"id": served_model_name, "object": "model", "created": now(), "owned_by": "gdserve",
-                "max_model_len": ctx.max_model_len}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": ctx.models.cards(now(), ctx.max_model_len)}
 
     @app.post("/v1/chat/completions", responses=responses(*MODEL_ROUTE, ok=ChatCompletion, streams=True))
     async def chat(request: ChatCompletionRequest, raw: Request):
@@ -72,4 +74,19 @@ def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = No
     async def embeddings(request: EmbeddingRequest):
         return await create_embedding(ctx, request)
 
+    if allow_runtime_lora:
+        _add_lora_routes(app, ctx.models)
     return app
+
+
+def _add_lora_routes(app: FastAPI, models: ServingModels) -> None:
+    """vLLM's runtime adapter routes; each answers 200 with a line of text."""
+    @app.post("/v1/load_lora_adapter", response_class=PlainTextResponse, responses=responses(400))
+    async def load_lora_adapter(request: LoadLoRAAdapterRequest) -> PlainTextResponse:
+        lora = await models.load_lora_adapter(request.lora_name, request.lora_path)
+        return PlainTextResponse(f"Success: LoRA adapter '{lora.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter", response_class=PlainTextResponse, responses=responses(400, 404))
+    async def unload_lora_adapter(request: UnloadLoRAAdapterRequest) -> PlainTextResponse:
+        lora = await models.unload_lora_adapter(request.lora_name, request.lora_int_id)
+        return PlainTextResponse(f"Success: LoRA adapter '{lora.lora_name}' removed successfully.")

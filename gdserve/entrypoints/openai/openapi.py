@@ -102,6 +102,8 @@ class ModelCard(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    root: str | None      # the model's path or alias; an adapter's directory
+    parent: str | None    # an adapter's base model
     max_model_len: int
 
 
@@ -112,9 +114,9 @@ class ModelList(BaseModel):
 
 _ERRORS = {
     400: "a bad value: out of range, past a server limit, a prompt longer than the context, a constraint "
-         "that does not compile",
+         "that does not compile, a LoRA adapter that cannot be loaded",
     401: "no or a wrong API key (with --api-key)",
-    404: "an unknown model",
+    404: "an unknown model (or LoRA adapter)",
     413: "a body larger than --max-request-bytes",
     422: "a malformed body: not JSON, not UTF-8, a wrong type, a missing field",
     429: "the server is at --max-queue, or the KV cache is full",

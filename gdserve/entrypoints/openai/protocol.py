@@ -106,3 +106,13 @@ class EmbeddingRequest(OpenAIModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     user: str | None = None
+
+
+class LoadLoRAAdapterRequest(OpenAIModel):
+    lora_name: str
+    lora_path: str
+
+
+class UnloadLoRAAdapterRequest(OpenAIModel):
+    lora_name: str | None = None
+    lora_int_id: int | None = None

@@ -1,5 +1,6 @@
 """`gdserve serve`: load the engine (printing progress), then run the app under uvicorn."""
 import argparse
+import asyncio
 import logging
 import sys
 import threading
@@ -9,6 +10,7 @@ from pathlib import Path
 from gdserve.config import EngineConfig
 from gdserve.utils import settle_gc
 from gdserve.entrypoints.openai.limits import RequestLimits
+from gdserve.entrypoints.openai.lora_modules import RUNTIME_LORA_ENV, parse_lora_module, runtime_lora_from_env
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,13 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allowed-origins", type=_comma_list, action="extend", metavar="ORIGINS",
                         help="CORS: origins (comma-separated or repeated; * for any) whose browser pages may "
                              "call the API; without it no CORS headers are sent")
+    parser.add_argument("--lora-modules", type=parse_lora_module, nargs="+", action="extend", metavar="MODULE",
+                        help="LoRA adapters loaded at startup (with --enable-lora), each name=path or "
+                             '\'{"name": ..., "path": ..., "base_model_name": ...}\'; a request\'s `model` '
+                             "picks one by name")
+    parser.add_argument("--allow-runtime-lora", action="store_true",
+                        help="add POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with --enable-lora; "
+                             f"also on when {RUNTIME_LORA_ENV} is 1 or true)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
@@ -45,17 +54,41 @@ def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
 
     from gdserve.entrypoints.openai.app import build_app
     from gdserve.entrypoints.openai.draining import DrainingServer
+    from gdserve.entrypoints.openai.serving_models import ServingModels
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
+    allow_runtime_lora = _allow_runtime_lora(args, engine_kwargs["enable_lora"])
     engine = _load(args.model, engine_kwargs)
-    settle_gc()
     name = args.served_model_name or args.model
-    app = build_app(engine, name, args.api_key, args.max_queue, chat_template, _limits(args), args.allowed_origins)
+    models = ServingModels(engine, name, args.model)
+    try:
+        asyncio.run(models.load_lora_modules(args.lora_modules or []))
+    except BaseException:
+        engine.shutdown()
+        raise
+    settle_gc()
+    app = build_app(engine, name, args.api_key, args.max_queue, chat_template, _limits(args), args.allowed_origins,
+                    models, allow_runtime_lora)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     _say(f"serving {args.model} as '{name}' on http://{args.host}:{args.port}/v1 "
-         f"(GET /health, /v1/models, /metrics)")
+         f"(GET /health, /v1/models, /metrics){_lora_note(list(models.lora_requests), allow_runtime_lora)}")
     DrainingServer(config, engine, SHUTDOWN_GRACE_S).run()
+
+
+def _lora_note(adapters: list[str], allow_runtime_lora: bool) -> str:
+    note = f"; LoRA adapters {', '.join(adapters)}" if adapters else ""
+    return note + ("; POST /v1/load_lora_adapter, /v1/unload_lora_adapter" if allow_runtime_lora else "")
+
+
+def _allow_runtime_lora(args: argparse.Namespace, enable_lora: bool) -> bool:
+    """Whether to add the load/unload routes; a ValueError for LoRA flags without --enable-lora."""
+    if not enable_lora:
+        for flag, given in (("--lora-modules", args.lora_modules), ("--allow-runtime-lora", args.allow_runtime_lora)):
+            if given:
+                raise ValueError(f"{flag} needs --enable-lora")
+        return False
+    return args.allow_runtime_lora or runtime_lora_from_env()
 
 
 def _limits(args: argparse.Namespace) -> RequestLimits:

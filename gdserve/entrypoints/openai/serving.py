@@ -15,9 +15,11 @@ from gdserve.entrypoints.openai.limits import RequestLimits
 from gdserve.entrypoints.openai.logprobs import TokenText
 from gdserve.entrypoints.openai.metrics import Metrics, RequestTimer
 from gdserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from gdserve.entrypoints.openai.serving_models import ServingModels
 from gdserve.entrypoints.openai.structured import RESPONSE_FORMAT_SCHEMA, Constraint, guided_params
 from gdserve.grammar import Grammar, GrammarError
 from gdserve.grammar.service import CompilerUnavailableError
+from gdserve.lora.request import LoRARequest
 from gdserve.outputs import RequestOutput
 from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
 
@@ -31,15 +33,17 @@ class ServingContext:
     max_queue: int | None = None
     chat_template: str | None = None
     limits: RequestLimits = field(default_factory=RequestLimits)
+    models: ServingModels | None = None  # None: the base model alone
     token_text: TokenText = field(init=False)
 
     def __post_init__(self) -> None:
         self.token_text = TokenText(self.tokenizer)
+        if self.models is None:
+            self.models = ServingModels(self.engine, self.served_model_name)
 
-    def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.served_model_name:
-            raise APIError(404, f"The model `{model}` does not exist; this server serves "
-                                f"`{self.served_model_name}`.", "model", "model_not_found")
+    def resolve_model(self, model: str | None) -> LoRARequest | None:
+        """The LoRA adapter a request's `model` names (None: the base model); a 404 for an unknown name."""
+        return self.models.lora_request(model)
 
     def check_queue(self, num_requests: int) -> None:
         if self.max_queue is not None and self.engine.num_active_requests + num_requests > self.max_queue:
@@ -129,14 +133,14 @@ async def compile_guided(ctx: ServingContext, guided: GuidedDecodingParams) -> G
 
 
 async def start_request(ctx: ServingContext, request_id: str, prompt_token_ids: list[int],
-                        params: SamplingParams, prompt: str | None,
-                        grammar: Grammar | None) -> RequestStream:
+                        params: SamplingParams, prompt: str | None, grammar: Grammar | None,
+                        lora_request: LoRARequest | None = None) -> RequestStream:
     """Queue one engine request (a prompt the engine refuses is a 400); its stream records
     latency metrics as it is read."""
     timer = RequestTimer(ctx.metrics)
     try:
         return await ctx.engine.add_request(request_id, prompt_token_ids, params, prompt, grammar,
-                                            on_output=timer.update)
+                                            on_output=timer.update, lora_request=lora_request)
     except ValueError as e:  # the engine's messages start with the field at fault
         raise bad_request(str(e), _field_of(str(e))) from None
     except EngineDeadError as e:
@@ -144,14 +148,15 @@ async def start_request(ctx: ServingContext, request_id: str, prompt_token_ids: 
 
 
 async def start_all(ctx: ServingContext, request_id: str, prompts: list[tuple[str | None, list[int]]],
-                    params: SamplingParams, grammar: Grammar | None) -> list[RequestStream]:
+                    params: SamplingParams, grammar: Grammar | None,
+                    lora_request: LoRARequest | None = None) -> list[RequestStream]:
     """One engine request per prompt (ids request_id-i when there are several); if one is
     refused, the ones already queued are aborted."""
     streams: list[RequestStream] = []
     try:
         for i, (text, token_ids) in enumerate(prompts):
             rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
-            streams.append(await start_request(ctx, rid, token_ids, params, text, grammar))
+            streams.append(await start_request(ctx, rid, token_ids, params, text, grammar, lora_request))
     except BaseException:
         for stream in streams:
             stream.close()

@@ -21,7 +21,7 @@ from gdserve.outputs import RequestOutput
 
 
 async def create_chat_completion(ctx: ServingContext, request: ChatCompletionRequest, raw: Request):
-    ctx.check_model(request.model)
+    lora_request = ctx.resolve_model(request.model)
     ctx.limits.check_sampling(request)
     _reject_unsupported(request)
     plan = plan_tools(request)
@@ -36,8 +36,8 @@ async def create_chat_completion(ctx: ServingContext, request: ChatCompletionReq
     else:
         constraint = await compile_constraint(ctx, request)
     request_id = new_id("chatcmpl")
-    streams = await start_all(ctx, request_id, [prompt], params, constraint.grammar)
-    meta = dict(id=request_id, created=now(), model=ctx.served_model_name, **output_fields(request, constraint))
+    streams = await start_all(ctx, request_id, [prompt], params, constraint.grammar, lora_request)
+    meta = dict(id=request_id, created=now(), model=ctx.models.model_name(lora_request), **output_fields(request, constraint))
     headers = output_headers(constraint)
     if request.stream:
         return sse_response(fields_in_first_chunk(_stream(ctx, request, plan, streams, meta)), headers)

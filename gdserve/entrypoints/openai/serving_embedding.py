@@ -9,7 +9,9 @@ from gdserve.entrypoints.openai.serving import ServingContext, encode_prompts
 
 
 async def create_embedding(ctx: ServingContext, request: EmbeddingRequest) -> dict:
-    ctx.check_model(request.model)
+    if ctx.resolve_model(request.model) is not None:
+        raise bad_request(f"embeddings are not supported with LoRA adapters: `{request.model}` is one; "
+                          f"use the base model `{ctx.served_model_name}`", "model")
     inputs = [token_ids for _, token_ids in encode_prompts(ctx, request.input, "input")]
     hidden_size = ctx.engine.engine.model_config.hidden_size
     if request.dimensions is not None and request.dimensions != hidden_size:
