@@ -1,5 +1,7 @@
 """Shared test helpers: build tiny HF checkpoints, and drive our model through a paged KV cache
 the way the ModelRunner does."""
+import copy
+import shutil
 from pathlib import Path
 
 import torch
@@ -138,3 +140,42 @@ def chat_ids(llm, text: str) -> dict:
 # of the grammar path.
 SLOW_SCHEMA = {"type": "object", "required": ["v"],
                "properties": {"v": {"enum": [f"value-{i}-{i * 7919 % 10007}" for i in range(20000)]}}}
+
+
+@torch.no_grad()
+def save_peft_adapter(hf_model, path: Path, r: int = 8, alpha: float = 16,
+                      target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                      seed: int = 0, std: float = 0.04, safe_serialization: bool = True, **lora_config_kwargs):
+    """Save a PEFT LoRA adapter for (a copy of) hf_model with every lora_A and lora_B random normal
+    (peft starts B at zero, which would hide any mix-up). Returns the PeftModel, in eval mode.
+    The delta's size goes as std^2 * alpha / sqrt(r): with r=8, alpha=16, std 0.04 turns SmolLM2's
+    greedy answers into other coherent ones (0.02 leaves short answers unchanged, 0.05 makes them
+    gibberish) and changes the tiny random Llama's within a few tokens."""
+    from peft import LoraConfig, get_peft_model  # here: the other helpers do without peft
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0,
+                        target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+                        **lora_config_kwargs)
+    peft_model = get_peft_model(copy.deepcopy(hf_model), config)
+    generator = torch.Generator().manual_seed(seed)
+    for name, param in peft_model.named_parameters():
+        if ".lora_A." in name or ".lora_B." in name:
+            param.copy_(torch.randn(param.shape, generator=generator) * std)
+    peft_model.save_pretrained(path, safe_serialization=safe_serialization)
+    return peft_model.eval()
+
+
+def save_merged_model(base_dir: Path, adapter_dir: Path, path: Path) -> Path:
+    """An HF-format dir (fp32 weights, the base's tokenizer) of base_dir's model with the adapter in
+    adapter_dir merged in (peft's merge_and_unload): what the base model serving that adapter should
+    compute."""
+    from peft import PeftModel
+
+    path.mkdir(parents=True, exist_ok=True)
+    for file in Path(base_dir).iterdir():
+        weights = file.suffix in (".safetensors", ".bin") or file.name.endswith(".index.json")
+        if file.is_file() and not weights and file.name != "config.json":
+            shutil.copy(file, path / file.name)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    PeftModel.from_pretrained(base, adapter_dir).merge_and_unload().save_pretrained(path)
+    return path
