@@ -26,6 +26,7 @@ class Fp8Linear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.shard_sizes = getattr(linear, "shard_sizes", None)  # a fused projection's, for LoRA
         weight, scale = quant_fp8_rowwise(linear.weight.detach())
         self.weight = nn.Parameter(weight, requires_grad=False)              # [N, K]
         self.weight_scale = nn.Parameter(scale.t().contiguous(), requires_grad=False)  # [1, N]
