@@ -59,6 +59,18 @@ def test_targets_and_rank_are_the_ones_asked_for(tiny_llama_dir, tmp_path):
     assert {w.shape[0] for k, w in weights.items() if "lora_A" in k} == {4}
 
 
+def test_peft_reads_the_adapter_as_written(tiny_llama_dir, tmp_path):
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+    path = write_random_adapter(tmp_path / "a", tiny_llama_dir, rank=4, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    loaded = {k.replace(".default", ""): v for k, v in peft.PeftModel.from_pretrained(base, str(path)).state_dict().items()
+              if ".lora_" in k}
+    written = load_file(path / "adapter_model.safetensors")
+    assert loaded.keys() == written.keys()
+    assert all(torch.equal(loaded[k], written[k]) for k in written)
+
+
 @pytest.fixture
 def tiny_workload(tmp_path, monkeypatch):
     (tmp_path / "shared" / "bench").mkdir(parents=True)
