@@ -132,6 +132,27 @@ def fp8_gemm(rows: int, config: tuple | None = None) -> None:
         fp8_gemm_triton(a, torch.ones(rows, 1), w, torch.ones(1, 6144), BF16, c)
 
 
+# Llama-3-8B's LoRA-wrapped layers: (K, shard sizes) of qkv_proj, o_proj, gate_up_proj, down_proj.
+LORA_LAYERS = {"qkv": (4096, (4096, 1024, 1024)), "o": (4096, (4096,)), "gate-up": (4096, (14336, 14336)),
+               "down": (14336, (4096,))}
+
+
+def lora(layer: str, rank: int, kernel: str, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv, shrink_bgmv
+    k, shard_sizes = LORA_LAYERS[layer]
+    tokens, n = 64, sum(shard_sizes)
+    x, y = torch.zeros(tokens, k, dtype=dtype), torch.zeros(tokens, n, dtype=dtype)
+    lora_a = torch.zeros(4, len(shard_sizes), rank, k, dtype=dtype)
+    lora_b = torch.zeros(4, n, rank, dtype=dtype)
+    slots = torch.zeros(tokens, dtype=torch.int32)
+    if kernel == "bgmv":
+        add_lora_bgmv(y, x, lora_a, lora_b, shard_sizes, slots)
+        shrink_bgmv(x[:1], lora_a, slots[:1], split_k=4)  # decode's split over K
+    else:
+        segments = torch.tensor([[0, 40], [40, 24], [0, 3]], dtype=torch.int32)
+        add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, segments, 40)
+
+
 def _cases() -> dict[str, Callable[[], None]]:
     cases = {}
     for head_dim in (64, 128):
@@ -165,6 +186,13 @@ def _cases() -> dict[str, Callable[[], None]]:
     cases["quant-fp8-fp32"] = lambda: quant_fp8(576, FP32)
     cases["fp8-gemm-tuned"] = lambda: fp8_gemm(64)  # every tile the tuned table names
     cases["fp8-gemm-split-k"] = lambda: fp8_gemm(16, (16, 64, 256, 4, 4, 4))
+    for layer in LORA_LAYERS:
+        for rank in (16, 64):
+            for kernel in ("bgmv", "sgmv"):
+                cases[f"lora-{kernel}-{layer}-r{rank}"] = lambda l=layer, r=rank, kn=kernel: lora(l, r, kn)
+    cases["lora-sgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "sgmv", FP32)
+    cases["lora-bgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "bgmv", FP32)
+    cases["lora-sgmv-qkv-r128"] = lambda: lora("qkv", 128, "sgmv")
     return cases
 
 

@@ -1,0 +1,232 @@
+"""Batched multi-LoRA deltas: each token of a step adds its adapter's (x @ A^T) @ B^T to a linear
+layer's output, the adapter being the one in its sequence's GPU slot (-1: none). The torch path
+here is also the CPU path; CUDA tensors go to the Triton SGMV / BGMV kernels."""
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from gdserve.kernels.triton import use_triton
+
+# Steps of at most this many tokens take the token-indexed kernels (BGMV) on CUDA, larger ones the
+# segment kernels (SGMV); a graph's mapping always takes BGMV.
+BGMV_MAX_TOKENS = 64
+# The CPU path works on runs of consecutive tokens (slices, no masks) where there is one per slot or
+# they are this long on average; else (decode steps, adapters interleaved) once per slot over all rows.
+CPU_MIN_RUN = 4
+
+@dataclass(frozen=True)
+class LoRARuns:
+    """The runs of consecutive tokens sharing a slot >= 0, built on the host: the SGMV kernels'
+    segments and the CPU path's groups."""
+    starts: tuple[int, ...]
+    lengths: tuple[int, ...]
+    slots: tuple[int, ...]
+
+    @classmethod
+    def of(cls, token_slots: list[int]) -> "LoRARuns":
+        starts, lengths, slots, start = [], [], [], 0
+        for slot, group in itertools.groupby(token_slots):
+            length = sum(1 for _ in group)
+            if slot >= 0:
+                starts.append(start), lengths.append(length), slots.append(slot)
+            start += length
+        return cls(tuple(starts), tuple(lengths), tuple(slots))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @cached_property
+    def active_slots(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.slots)))
+
+    @cached_property
+    def num_tokens(self) -> int:
+        return sum(self.lengths)
+
+    @cached_property
+    def max_length(self) -> int:
+        return max(self.lengths, default=0)
+
+    def narrow(self, num_tokens: int) -> "LoRARuns":
+        kept = [i for i, start in enumerate(self.starts) if start < num_tokens]
+        return LoRARuns(tuple(self.starts[i] for i in kept),
+                        tuple(min(self.lengths[i], num_tokens - self.starts[i]) for i in kept),
+                        tuple(self.slots[i] for i in kept))
+
+    def to_tensor(self, device: torch.device) -> torch.Tensor:
+        """int32 [3, runs]: starts, lengths, slots."""
+        return torch.tensor([self.starts, self.lengths, self.slots], dtype=torch.int32, device=device)
+
+
+@dataclass
+class LoRAMapping:
+    """Which GPU slot's adapter each token of a step uses; -1 = none (base model)."""
+    token_slots: torch.Tensor  # int32 [T] on the model's device
+    # Host-built by `build`; None for a graph's mapping (`static`), whose kernels read token_slots only.
+    runs: LoRARuns | None = None
+    segments: torch.Tensor | None = None  # runs.to_tensor() on the device, for the SGMV kernels
+    _masks: dict = field(default_factory=dict, repr=False, compare=False)  # (slot, dtype) -> [T, 1]
+
+    @classmethod
+    def build(cls, token_slots: list[int], device: torch.device) -> "LoRAMapping":
+        bad = next((s for s in token_slots if s < -1), None)
+        if bad is not None:
+            raise ValueError(f"LoRAMapping token slots are GPU slots >= 0 or -1 (no adapter), got {bad}")
+        runs = LoRARuns.of(token_slots)
+        return cls(torch.tensor(token_slots, dtype=torch.int32, device=device), runs, runs.to_tensor(device))
+
+    @classmethod
+    def static(cls, max_tokens: int, device) -> "LoRAMapping":
+        return cls(torch.full((max_tokens,), -1, dtype=torch.int32, device=device))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_slots.shape[0]
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether this mapping's kernels read only device tensors (it came from `static`)."""
+        return self.runs is None
+
+    def copy_(self, other: "LoRAMapping") -> None:
+        """For CUDA graphs: overwrite this mapping's tensors in place with other's (other has
+        <= as many tokens; the rest of this one become -1). A graph captured over this mapping
+        must then compute other's deltas. Kernels launched for a graph must not depend on host
+        values that change between steps."""
+        n = other.num_tokens
+        if n > self.num_tokens:
+            raise ValueError(f"LoRAMapping.copy_: {n} tokens do not fit in a mapping of {self.num_tokens}")
+        self.token_slots[:n].copy_(other.token_slots)
+        self.token_slots[n:].fill_(-1)
+        self._masks.clear()
+        if not self.graph_safe:
+            self.runs = other.host_runs()
+            self.segments = self.runs.to_tensor(self.token_slots.device)
+
+    def narrow(self, num_tokens: int) -> "LoRAMapping":
+        """The first num_tokens rows (a view)."""
+        if not 0 <= num_tokens <= self.num_tokens:
+            raise ValueError(f"LoRAMapping.narrow: {num_tokens} tokens of a mapping of {self.num_tokens}")
+        token_slots = self.token_slots[:num_tokens]
+        if self.graph_safe:
+            return LoRAMapping(token_slots)
+        runs = self.runs.narrow(num_tokens)
+        return LoRAMapping(token_slots, runs, runs.to_tensor(token_slots.device))
+
+    def host_runs(self) -> LoRARuns:
+        """The runs; a graph's mapping reads them back from the device."""
+        return self.runs if self.runs is not None else LoRARuns.of(self.token_slots.tolist())
+
+    def mask(self, slot: int, dtype: torch.dtype) -> torch.Tensor:
+        """[T, 1]: 1 where the token uses `slot`, else 0 (made once per step and dtype; a graph's
+        mapping, which copy_ may change through a parent, makes it every time)."""
+        if self.graph_safe:
+            return (self.token_slots == slot).to(dtype).unsqueeze(1)
+        key = (slot, dtype)
+        if key not in self._masks:
+            self._masks[key] = (self.token_slots == slot).to(dtype).unsqueeze(1)
+        return self._masks[key]
+
+
+def add_lora_reference(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                       shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    """The definition, per token in float32 (gathers each token's weights: for tests)."""
+    check_lora_args(y, x, lora_a, lora_b, shard_sizes, mapping)
+    rows = (mapping.token_slots >= 0).nonzero().squeeze(1).to(y.device)
+    if rows.numel() == 0:
+        return
+    slots = mapping.token_slots[rows].long().to(y.device)
+    h = torch.einsum("tk,tirk->tir", x[rows].float(), lora_a[slots].float())         # [t, shards, R]
+    shard_of_column = torch.repeat_interleave(torch.arange(len(shard_sizes), device=y.device),
+                                              torch.tensor(shard_sizes, device=y.device))
+    delta = torch.einsum("tnr,tnr->tn", h[:, shard_of_column], lora_b[slots].float())  # [t, N]
+    y[rows] = (y[rows].float() + delta).to(y.dtype)
+
+
+def add_lora(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+             shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    """In place: for each token t whose slot s = mapping.token_slots[t] >= 0, and each shard i
+    (the output columns [off_i, off_i + shard_sizes[i]) of y, off_i = sum(shard_sizes[:i])):
+        y[t, off_i:off_i+n_i] += (x[t] @ lora_a[s, i].T) @ lora_b[s, off_i:off_i+n_i].T
+    x [T, K] (bf16/fp16/fp32), y [T, N] same dtype, N = sum(shard_sizes);
+    lora_a [num_slots, num_shards, R, K], lora_b [num_slots, N, R], same dtype as x (the
+    adapter's scaling is already folded into lora_b; ranks below R are zero-padded; a slot with
+    no adapter for this layer is all zeros). Accumulate in float32.
+
+    The CPU path sums x @ A^T in x's dtype (one rounding of the rank-R product where it is 16-bit)."""
+    check_lora_args(y, x, lora_a, lora_b, shard_sizes, mapping)
+    if mapping.runs is not None and not mapping.runs:  # no token has an adapter this step
+        return
+    if use_triton(x, "lora") and y.stride(1) == 1 and lora_a.is_contiguous() and lora_b.is_contiguous():
+        from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv
+        x = x if x.stride(1) == 1 else x.contiguous()
+        if mapping.graph_safe or x.shape[0] <= BGMV_MAX_TOKENS:
+            add_lora_bgmv(y, x, lora_a, lora_b, shard_sizes, mapping.token_slots)
+        else:
+            add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, mapping.segments, mapping.runs.max_length)
+        return
+    _add_lora_torch(y, x, lora_a, lora_b, shard_sizes, mapping)
+
+
+def _add_lora_torch(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                    shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    """Dense matmuls on views: per run of tokens where the runs are long, else per active slot
+    over all rows with the other slots' rows masked to zero."""
+    runs = mapping.host_runs()
+    if not runs:
+        return
+    rank, k = lora_a.shape[2], lora_a.shape[3]
+    a_rows = lora_a.view(lora_a.shape[0], -1, k) if lora_a.is_contiguous() else lora_a.flatten(1, 2)
+    active = runs.active_slots
+    if len(runs) <= len(active) or len(runs) * CPU_MIN_RUN <= runs.num_tokens:
+        for start, length, slot in zip(runs.starts, runs.lengths, runs.slots):
+            rows = slice(start, start + length)
+            h = x[rows] @ a_rows[slot].t()
+            _expand(y[rows], h, lora_b[slot], shard_sizes, rank)
+        return
+    for slot in active:
+        h = x @ a_rows[slot].t()
+        h.mul_(mapping.mask(slot, h.dtype))
+        _expand(y, h, lora_b[slot], shard_sizes, rank)
+
+
+def _expand(y: torch.Tensor, h: torch.Tensor, b: torch.Tensor, shard_sizes: tuple[int, ...], rank: int) -> None:
+    """y[:, shard i] += h[:, rank block i] @ b[shard i].T"""
+    if len(shard_sizes) == 1:
+        y.addmm_(h, b.t())
+        return
+    off = 0
+    for i, n in enumerate(shard_sizes):
+        y[:, off:off + n].addmm_(h[:, i * rank:(i + 1) * rank], b[off:off + n].t())
+        off += n
+
+
+def check_lora_args(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                    shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    """Raise ValueError naming the first mismatch between the shapes, dtypes and devices."""
+    if x.dim() != 2 or y.dim() != 2 or lora_a.dim() != 4 or lora_b.dim() != 3:
+        raise ValueError(f"add_lora takes x [T, K], y [T, N], lora_a [slots, shards, R, K], lora_b [slots, N, R]; "
+                         f"got x {list(x.shape)}, y {list(y.shape)}, lora_a {list(lora_a.shape)}, "
+                         f"lora_b {list(lora_b.shape)}")
+    (t, k), n = x.shape, sum(shard_sizes)
+    num_slots, num_shards, rank, a_k = lora_a.shape
+    problem = None
+    if y.shape[0] != t or mapping.num_tokens != t:
+        problem = f"x has {t} tokens, y {y.shape[0]}, the mapping {mapping.num_tokens}"
+    elif y.shape[1] != n or num_shards != len(shard_sizes):
+        problem = f"shard_sizes {tuple(shard_sizes)} against y's {y.shape[1]} columns and lora_a's {num_shards} shards"
+    elif a_k != k:
+        problem = f"lora_a's input size {a_k} is not x's {k}"
+    elif tuple(lora_b.shape) != (num_slots, n, rank):
+        problem = f"lora_b {list(lora_b.shape)} is not [slots={num_slots}, N={n}, R={rank}] as lora_a implies"
+    elif not x.dtype == y.dtype == lora_a.dtype == lora_b.dtype:
+        problem = f"dtypes differ: x {x.dtype}, y {y.dtype}, lora_a {lora_a.dtype}, lora_b {lora_b.dtype}"
+    elif not x.device == y.device == lora_a.device == lora_b.device == mapping.token_slots.device:
+        problem = (f"devices differ: x {x.device}, y {y.device}, lora_a {lora_a.device}, lora_b {lora_b.device}, "
+                   f"mapping {mapping.token_slots.device}")
+    elif mapping.runs and mapping.runs.active_slots[-1] >= num_slots:
+        problem = f"the mapping uses slot {mapping.runs.active_slots[-1]}; lora_a has {num_slots} slots"
+    if problem:
+        raise ValueError(f"add_lora: {problem}")
