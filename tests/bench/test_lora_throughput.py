@@ -21,7 +21,7 @@ TINY_WORKLOAD = '''
 def cpu_workload(n=64, vocab=259, seed=0):
     return [{"id": i, "prompt_ids": [(7 * i + j) % 250 + 3 for j in range(4 + i)], "max_tokens": 3 + i}
             for i in range(n)]
-random_workload = cpu_workload
+random_workload = guided_workload = cpu_workload
 '''
 
 
