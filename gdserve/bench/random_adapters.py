@@ -39,15 +39,19 @@ def projection_shapes(config: ModelConfig) -> dict[str, Projection]:
 def parse_targets(text: str) -> tuple[str, ...]:
     """`q_proj,v_proj` -> ("q_proj", "v_proj"), checked against PROJECTIONS."""
     targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    check_targets(targets)
+    return targets
+
+
+def check_targets(targets: tuple[str, ...]) -> None:
     if not targets:
-        raise ValueError("--lora-targets names no projection")
+        raise ValueError("LoRA targets: no projection named")
     unknown = [t for t in targets if t not in PROJECTIONS]
     if unknown:
-        raise ValueError(f"--lora-targets: unknown projection(s) {', '.join(unknown)}; "
+        raise ValueError(f"LoRA targets: unknown projection(s) {', '.join(unknown)}; "
                          f"choose from {','.join(PROJECTIONS)}")
     if len(set(targets)) != len(targets):
-        raise ValueError(f"--lora-targets names a projection twice: {text}")
-    return targets
+        raise ValueError(f"LoRA targets: a projection named twice in {','.join(targets)}")
 
 
 def random_lora_weights(config: ModelConfig, rank: int, targets: tuple[str, ...], dtype: torch.dtype,
@@ -81,7 +85,8 @@ def write_random_adapter(path: Path, model_dir: Path, rank: int, targets: tuple[
     """One adapter of `rank` over `targets` of every layer of the HF-format model in model_dir
     (its config.json is all that is read)."""
     if rank < 1:
-        raise ValueError(f"--lora-rank must be >= 1, got {rank}")
+        raise ValueError(f"LoRA rank must be >= 1, got {rank}")
+    check_targets(targets)
     config = ModelConfig.from_hf(AutoConfig.from_pretrained(model_dir))
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -95,6 +100,6 @@ def write_random_adapters(root: Path, model_dir: Path, num_adapters: int, rank: 
                           targets: tuple[str, ...] = PROJECTIONS, dtype: torch.dtype = torch.bfloat16) -> list[Path]:
     """`num_adapters` adapters, each its own random weights, in root/adapter{i}."""
     if num_adapters < 1:
-        raise ValueError(f"--lora must be >= 1, got {num_adapters}")
+        raise ValueError(f"num_adapters must be >= 1, got {num_adapters}")
     return [write_random_adapter(Path(root) / f"adapter{i}", model_dir, rank, targets, dtype, seed=i)
             for i in range(num_adapters)]

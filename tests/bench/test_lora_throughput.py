@@ -97,7 +97,7 @@ def test_cli_writes_base_and_lora_figures_and_their_ratio(tiny_llama_dir, tiny_w
     (["--lora", "2", "--workload", "cpu-guided"], "--lora runs on --workload cpu or random"),
     (["--lora", "0"], "--lora must be >= 1"),
     (["--lora", "2", "--lora-rank", "0"], "--lora-rank must be >= 1"),
-    (["--lora", "2", "--lora-targets", "q_proj,qkv_proj"], "unknown projection(s) qkv_proj"),
+    (["--lora", "2", "--lora-targets", "q_proj,qkv_proj"], "LoRA targets: unknown projection(s) qkv_proj"),
     (["--lora", "2", "--max-loras", "3"], "--max-loras 3 conflicts with --lora 2"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys):
