@@ -151,7 +151,7 @@ def test_errors_name_the_problem(tiny_llama_dir, tiny_adapters, tmp_path):
         llm.generate("x", GREEDY, lora_request=LoRARequest("big", 3, str(tiny_adapters[2])))
     with pytest.raises(LoRALoadError):
         llm.generate("x", GREEDY, lora_request=LoRARequest("missing", 4, str(tmp_path / "nope")))
-    with pytest.raises(ValueError, match="one per prompt"):
+    with pytest.raises(ValueError, match="per prompt"):
         llm.generate(["x", "y"], GREEDY, lora_request=requests(tiny_adapters)[:1])
     with pytest.raises(ValueError, match="max_cpu_loras"):
         LLM(str(tiny_llama_dir), enable_lora=True, max_loras=2, max_cpu_loras=1)
