@@ -1,5 +1,6 @@
 """`gdserve bench throughput`: output tokens/s of the engine and of HF transformers `generate`
-(static batching) on the same standard workload, in one run, with their ratio."""
+(static batching) on the same standard workload, in one run, with their ratio (with --lora N:
+the engine serving N adapters against the base model instead)."""
 import argparse
 import sys
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 import torch
 
 from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
+from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
 from gdserve.bench.offline import timed_generate, warm_llm
 from gdserve.bench.results import print_rate, rate, run_header, write_result
 from gdserve.bench.workloads import load_workload_module
@@ -86,6 +88,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     stray = [f"--{f.replace('_', '-')}" for f in AGENTS_FLAGS if getattr(args, f) is not None]
     if stray and args.workload != "agents":
         raise ValueError(f"{', '.join(stray)} apply to --workload agents only")
+    check_lora_args(args)
     if args.workload == "agents":
         cmd_agents(args, engine_args)
         return
@@ -105,6 +108,9 @@ def cmd_throughput(args: argparse.Namespace) -> None:
         print_rate("unguided", result["unguided"])
         print(f"ratio guided / unguided: {result['ratio']:.2f}x")
         write_result(result, args.output)
+        return
+    if args.lora is not None:
+        bench_lora(args, requests, engine_args, result)
         return
     print(f"engine: {len(requests)} requests ...", file=sys.stderr, flush=True)
     result["engine"] = run_engine(requests, args.model, engine_args)
@@ -130,6 +136,7 @@ def add_throughput_parser(sub) -> None:
     p.add_argument("--hf-batch-size", type=int, default=16)
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--output", help="write the figures to this JSON file")
+    add_lora_args(p)
     agents = p.add_argument_group("agents workload")
     agents.add_argument("--schema-dir", action="append",
                         help="a folder of JSON Schema files (MaskBench files: their 'schema'), repeatable; "
