@@ -123,7 +123,8 @@ def packed_gemm(x: torch.Tensor, w: PackedWeight) -> torch.Tensor:
     _check_operands(x, w)
     if use_triton(x, "packed_gemm"):
         from gdserve.kernels.triton.packed_gemm import packed_gemm_triton
-        return packed_gemm_triton(x, w)
+        return packed_gemm_triton(x.contiguous(), w.qweight.contiguous(), w.scales.contiguous(),
+                                  w.biases.contiguous(), w.bits, w.group_size)
     if x.shape[0] <= NATIVE_MAX_ROWS:
         out = _packed_gemm_native(x, w)
         if out is not None:
