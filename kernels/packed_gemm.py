@@ -73,7 +73,7 @@ def pack(q: torch.Tensor, bits: int) -> torch.Tensor:
         raise ValueError(f"q must be a 2-D integer tensor, got {q.dtype} {tuple(q.shape)}")
     if q.shape[0] % per_word:
         raise ValueError(f"K = {q.shape[0]} is not a multiple of {per_word} ({bits}-bit values per int32)")
-    if q.numel() and (q.min() < 0 or q.max() >= 1 << bits):
+    if q.numel() and (q.min().item() < 0 or q.max().item() >= 1 << bits):
         raise ValueError(f"q must lie in [0, {1 << bits}) for {bits} bits")
     K, N = q.shape
     shifts = torch.arange(per_word, device=q.device, dtype=torch.int64).view(1, per_word, 1) * bits

@@ -24,7 +24,7 @@ TUNED_ROWS = (1, 16, 64)
 LAYER = ("qkv", "o", "gate_up", "down")
 BITS, GROUP_SIZE = 4, 128
 # (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages), BLOCK_M set per M
-TILES = [(bn, bk, sk, w, st) for bn in (64, 128, 256) for bk in (128, 256) for sk in (1, 2, 4, 8)
+TILES = [(bn, bk, sk, w, st) for bn in (64, 128, 256) for bk in (128, 256) for sk in (2, 4, 8, 16)
          for w in ((4, 8) if bn == 256 else (4,)) for st in (3, 4)]
 
 

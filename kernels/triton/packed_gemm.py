@@ -1,8 +1,8 @@
 """The packed-weight GEMM on CUDA (kernels/packed_gemm.py has the layout). Up to DEQUANT_MIN_ROWS
-rows one kernel streams the packed weight once, unpacking each int32 word in registers; the
-j-th values of a tile's words meet the x columns k = word * (32 // bits) + j, so every word is
-loaded once. Where a tile lies in one group, the sums factor as scales * (x . q) + biases * sum(x)
-and q goes to the tensor cores as it is (small integers are exact in bf16). Above that row count
+rows one kernel streams the packed weight once, unpacking each tile of int32 words in registers
+into one dot's operand. Where a tile lies in one group, the sums factor as
+scales * (x . q) + biases * sum(x) and q goes to the tensor cores as it is (small integers are
+exact in bf16). Above that row count
 the weight is dequantized to x's dtype once and cuBLAS multiplies at its full rate."""
 import torch
 import triton
@@ -12,12 +12,22 @@ from gdserve.kernels.triton.packed_gemm_configs import DEQUANT_MIN_ROWS, Config,
 
 
 @triton.jit
-def _unpack(words, j: tl.constexpr, BITS: tl.constexpr):
-    """The j-th BITS-bit values of int32 words as exact float32s: put into the mantissa of 2**23,
-    which is then subtracted (two full-rate instructions where an int-to-float conversion is a
-    quarter-rate one)."""
-    q = (words >> (j * BITS)) & ((1 << BITS) - 1)
+def _to_float(q):
+    """Small non-negative int32s as exact float32s: put into the mantissa of 2**23, which is then
+    subtracted (two full-rate instructions where an int-to-float conversion is a quarter-rate one)."""
     return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _unpack_tile(words, BITS: tl.constexpr):
+    """words int32 [BLOCK_KW, BLOCK_N] -> q float32 [BLOCK_KW * (32 // BITS), BLOCK_N], row
+    kw * (32 // BITS) + j from bits j * BITS upwards of word row kw."""
+    PER_WORD: tl.constexpr = 32 // BITS
+    BLOCK_KW: tl.constexpr = words.shape[0]
+    BLOCK_N: tl.constexpr = words.shape[1]
+    shifts = tl.arange(0, PER_WORD) * BITS
+    q = (words[:, None, :] >> shifts[None, :, None]) & ((1 << BITS) - 1)
+    return _to_float(tl.reshape(q, (BLOCK_KW * PER_WORD, BLOCK_N)))
 
 
 @triton.jit
@@ -30,38 +40,34 @@ def _packed_gemm_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm,
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
     rkw = tl.arange(0, BLOCK_KW)
-    x_ptrs = x_ptr + rm[:, None].to(tl.int64) * stride_xm + rkw[None, :] * PER_WORD
+    x_ptrs = x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :]
     q_ptrs = q_ptr + rkw[:, None].to(tl.int64) * N + rn[None, :]
     m_mask, n_mask = rm < M, rn < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
         kw = k // PER_WORD
         if EVEN_K:
-            k_mask = rkw < BLOCK_KW
+            x = tl.load(x_ptrs + k, mask=m_mask[:, None], other=0.0)
+            words = tl.load(q_ptrs + kw * N, mask=n_mask[None, :], other=0)
         else:
-            k_mask = kw + rkw < K // PER_WORD
-        words = tl.load(q_ptrs + kw * N, mask=k_mask[:, None] & n_mask[None, :], other=0)
-        if GROUP_SIZE % BLOCK_K == 0:
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for j in tl.static_range(PER_WORD):
-                xj = tl.load(x_ptrs + k + j, mask=m_mask[:, None], other=0.0)
-                part = tl.dot(xj, _unpack(words, j, BITS).to(xj.dtype), part, input_precision=PRECISION)
-                x_sum += tl.sum(xj.to(tl.float32), axis=1)
+            x = tl.load(x_ptrs + k, mask=m_mask[:, None] & (k + rk[None, :] < K), other=0.0)
+            words = tl.load(q_ptrs + kw * N, mask=(kw + rkw[:, None] < K // PER_WORD) & n_mask[None, :], other=0)
+        q = _unpack_tile(words, BITS)
+        if GROUP_SIZE % BLOCK_K == 0:  # one group: the codes go to the tensor cores as they are
+            part = tl.dot(x, q.to(x.dtype), input_precision=PRECISION)
+            x_sum = tl.sum(x.to(tl.float32), axis=1)
             g = k // GROUP_SIZE
             scale = tl.load(s_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
             bias = tl.load(b_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
             acc += part * scale[None, :] + x_sum[:, None] * bias[None, :]
         else:  # groups narrower than the tile: a scale and bias per weight
-            for j in tl.static_range(PER_WORD):
-                xj = tl.load(x_ptrs + k + j, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-                g_offsets = ((k + rkw * PER_WORD + j) // GROUP_SIZE)[:, None] * N + rn[None, :]
-                sb_mask = k_mask[:, None] & n_mask[None, :]
-                scale = tl.load(s_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
-                bias = tl.load(b_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
-                w = _unpack(words, j, BITS) * scale + bias
-                acc = tl.dot(xj, w.to(xj.dtype), acc, input_precision=PRECISION)
+            g_offsets = ((k + rk) // GROUP_SIZE)[:, None] * N + rn[None, :]
+            sb_mask = (k + rk[:, None] < K) & n_mask[None, :]
+            scale = tl.load(s_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
+            bias = tl.load(b_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
+            acc = tl.dot(x, (q * scale + bias).to(x.dtype), acc, input_precision=PRECISION)
     out_ptrs = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
     mask = m_mask[:, None] & n_mask[None, :]
     if SPLIT_K == 1:
@@ -83,7 +89,7 @@ def _dequantize_kernel(q_ptr, s_ptr, b_ptr, out_ptr, N, K, BITS: tl.constexpr, G
         g_offsets = (k // GROUP_SIZE)[:, None].to(tl.int64) * N + rn[None, :]
         scale = tl.load(s_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
         bias = tl.load(b_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
-        w = _unpack(words, j, BITS) * scale + bias
+        w = _to_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
         tl.store(out_ptr + k[:, None].to(tl.int64) * N + rn[None, :], w.to(out_ptr.dtype.element_ty), mask=mask)
 
 
