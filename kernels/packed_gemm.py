@@ -93,11 +93,13 @@ def unpack(qweight: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _dequantize_rows(w: PackedWeight, start: int, end: int, dtype: torch.dtype) -> torch.Tensor:
-    """Rows start:end of W (both multiples of the group size, or of 32 // bits within one group)."""
-    per_word = 32 // w.bits
-    q = unpack(w.qweight[start // per_word:end // per_word], w.bits).float()
-    groups = torch.arange(start, end, device=q.device) // w.group_size
-    return (q * w.scales[groups].float() + w.biases[groups].float()).to(dtype)
+    """Rows start:end of W, both multiples of the group size."""
+    per_word, G, N = 32 // w.bits, w.group_size, w.out_features
+    shifts = torch.arange(per_word, device=w.qweight.device, dtype=torch.int32).view(1, per_word, 1) * w.bits
+    q = (w.qweight[start // per_word:end // per_word].unsqueeze(1) >> shifts) & ((1 << w.bits) - 1)
+    q = q.view(-1, G, N).float()  # [groups, G, N]
+    scales, biases = (t[start // G:end // G, None].float() for t in (w.scales, w.biases))
+    return torch.addcmul(biases, q, scales).view(end - start, N).to(dtype)
 
 
 def packed_gemm_reference(x: torch.Tensor, w: PackedWeight) -> torch.Tensor:

@@ -51,7 +51,7 @@ static void packed_gemm_block(const float *x, const float *xsum, const uint32_t 
                 for (int j = 0; j < per_word; j++) {
                     const int shift = j * bits, k = kw * per_word + j;
                     #pragma omp simd
-                    for (int n = 0; n < width; n++) wq[n] = (float)((words[n] >> shift) & mask);
+                    for (int n = 0; n < width; n++) wq[n] = (float)(int32_t)((words[n] >> shift) & mask);
                     for (int m = 0; m < rows; m++) {
                         const float xv = x[(long)(m0 + m) * K + k];
                         #pragma omp simd

@@ -7,12 +7,21 @@ from functools import cache
 import torch
 
 Config = tuple[int, int, int, int, int, int]
+GemvConfig = tuple[int, int, int, int]  # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps): the row-a-program kernel
 
+# Up to this many rows each row streams the weight on its own (the others' reads hit L2).
+GEMV_MAX_ROWS = 2
 # From this many rows the weight is dequantized once and cuBLAS multiplies (scripts/packed_gemm_gpu.py).
-DEQUANT_MIN_ROWS = 256
+DEQUANT_MIN_ROWS = 128
 
 # (N, K) -> {rows: config}, for bits 4, group size 128
-TUNED_SM90: dict[tuple[int, int], dict[int, Config]] = {}
+TUNED_SM90: dict[tuple[int, int], dict[int, Config]] = {
+    (6144, 4096): {16: (16, 256, 128, 16, 4, 3), 64: (64, 64, 128, 4, 4, 3)},
+    (4096, 4096): {16: (16, 256, 128, 16, 4, 3), 64: (64, 128, 128, 8, 4, 3)},
+    (28672, 4096): {16: (16, 256, 128, 8, 4, 3), 64: (64, 128, 128, 4, 4, 4)},
+    (4096, 14336): {16: (16, 256, 128, 16, 4, 3), 64: (64, 128, 128, 8, 4, 4)},
+}
+TUNED_GEMV_SM90: dict[tuple[int, int], GemvConfig] = {}
 TUNED_BITS, TUNED_GROUP_SIZE = 4, 128
 NUM_SMS_SM90 = 132
 
@@ -25,6 +34,21 @@ def _capability(device_index: int) -> tuple[int, int]:
 def min_block_k(bits: int) -> int:
     """The tensor cores take at least 16 values of K a dot: 16 words' worth of values."""
     return 16 * (32 // bits)
+
+
+def gemv_config_for(M: int, N: int, K: int, bits: int, group_size: int, device: torch.device) -> GemvConfig:
+    on_sm90 = device.type == "cuda" and _capability(device.index or 0) == (9, 0)
+    tuned = TUNED_GEMV_SM90.get((N, K)) if on_sm90 and (bits, group_size) == (TUNED_BITS, TUNED_GROUP_SIZE) else None
+    if tuned is not None:
+        return tuned
+    # A tile within one group where the group allows (the scales apply once per tile), at least
+    # 4 words deep.
+    block_k = max(min(group_size, 256), 4 * (32 // bits))
+    block_n = 128
+    split_k = 1
+    while -(-N // block_n) * M * split_k < 4 * NUM_SMS_SM90 and K // (block_k * split_k) >= 4:
+        split_k *= 2
+    return (block_n, block_k, split_k, 4)
 
 
 def config_for(M: int, N: int, K: int, bits: int, group_size: int, device: torch.device) -> Config:

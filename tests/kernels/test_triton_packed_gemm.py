@@ -8,8 +8,10 @@ pytestmark = requires_triton
 # (M, N, K): Llama-3-8B's qkv, gate_up and down_proj on the device; ragged, uneven-K shapes here.
 SHAPES = [(1, 6144, 4096), (16, 28672, 4096), (77, 4096, 14336)] if ON_CUDA else \
     [(1, 48, 256), (19, 80, 256), (5, 32, 384)]
-# (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): 4-bit needs BLOCK_K >= 128, 8-bit >= 64
-CONFIGS = [(16, 32, 128, 1, 4, 2), (16, 64, 128, 2, 4, 3), (32, 16, 256, 3, 4, 2)]
+# (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages), the tiled kernel (4-bit needs
+# BLOCK_K >= 128, 8-bit >= 64); (BLOCK_N, BLOCK_K, SPLIT_K, num_warps), the row-a-program one
+CONFIGS = [(16, 32, 128, 1, 4, 2), (16, 64, 128, 2, 4, 3), (32, 16, 256, 3, 4, 2), (32, 64, 1, 4), (64, 32, 3, 4),
+           (16, 256, 2, 4)]
 # The interpreter's tl.dot multiplies bfloat16 as raw uint16 bits: float16 there, bfloat16 on CUDA.
 HALF = torch.bfloat16 if ON_CUDA else torch.float16
 FORMATS = [(4, 128), (4, 32), (8, 64), (8, 128)]  # (bits, group_size): one group a tile, or several
@@ -55,10 +57,11 @@ def test_dequantize_matches_the_reference(bits, group_size):
     torch.testing.assert_close(out, w.dequantize(), atol=0, rtol=2 ** -10)  # an FMA rounds once, torch twice
 
 
-@pytest.mark.parametrize("m", [1, 7, 300] if ON_CUDA else [1, 7])
+@pytest.mark.parametrize("m", [1, 2, 7, 300] if ON_CUDA else [1, 2, 7])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16] if ON_CUDA else [torch.float16])
 def test_default_path_matches_reference(m, dtype):
-    """packed_gemm's own dispatch: the tuned or default tiles, and cuBLAS from DEQUANT_MIN_ROWS rows."""
+    """packed_gemm's own dispatch: a program a row for the fewest, the tuned or default tiles, and
+    cuBLAS from DEQUANT_MIN_ROWS rows."""
     n, k = (4096, 14336) if ON_CUDA else (64, 256)
     w = packed_weight(k, n, 4, 128, dtype)
     x = randn(m, k, dtype=dtype)
@@ -86,3 +89,12 @@ def test_default_tiles_fit_the_shape(m, n, k, bits, group_size):
     assert block_k >= min_block_k(bits) and block_k & (block_k - 1) == 0
     if m <= 64:
         assert block_m >= m  # one tile of rows: the weight is read once
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (2, 4096, 14336), (1, 80, 96)])
+@pytest.mark.parametrize("bits,group_size", [(4, 128), (4, 32), (8, 32), (4, 4096)])
+def test_default_row_kernel_tiles_fit_the_shape(m, n, k, bits, group_size):
+    from gdserve.kernels.triton.packed_gemm_configs import gemv_config_for
+    block_n, block_k, split_k, warps = gemv_config_for(m, n, k, bits, group_size, torch.device(DEVICE))
+    assert block_k % (32 // bits) == 0 and block_k & (block_k - 1) == 0 and block_n & (block_n - 1) == 0
+    assert split_k >= 1 and group_size % block_k == 0  # one group a tile where the group allows
