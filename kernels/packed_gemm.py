@@ -10,7 +10,7 @@ from gdserve.kernels.triton import use_triton
 BITS = (4, 8)
 # Rows up to which the CPU reads the packed weight directly (csrc/packed_gemm.c); above, blocks of
 # K are dequantized and multiplied by torch (scripts/packed_gemm_cpu.py measures the crossover).
-NATIVE_MAX_ROWS = 32
+NATIVE_MAX_ROWS = 16
 # Rows of K dequantized at a time on the CPU: a block of a few hundred kilobytes stays in cache.
 DEQUANT_BLOCK_ELEMENTS = 1 << 18
 

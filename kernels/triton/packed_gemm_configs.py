@@ -1,4 +1,5 @@
-"""Tiles for packed_gemm_triton: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages). Measured
+"""Tiles for packed_gemm_triton: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for the
+tiled kernel, (BLOCK_N, BLOCK_K, SPLIT_K, num_warps) for the program-a-row one. Measured
 best on an H200 for Llama-3-8B's linear layers with 4-bit weights in groups of 128
 (`python3 scripts/packed_gemm_gpu.py` prints this table), by weight shape (N, K) and by the
 smallest row count tuned that is >= M; a rule elsewhere."""
@@ -9,9 +10,11 @@ import torch
 Config = tuple[int, int, int, int, int, int]
 GemvConfig = tuple[int, int, int, int]  # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps): the row-a-program kernel
 
-# Up to this many rows each row streams the weight on its own (the others' reads hit L2).
-GEMV_MAX_ROWS = 2
-# From this many rows the weight is dequantized once and cuBLAS multiplies (scripts/packed_gemm_gpu.py).
+# Rows up to which each row streams the weight in a program of its own: at 2 rows that is already
+# no faster than the tiled kernel (scripts/packed_gemm_gpu.py).
+GEMV_MAX_ROWS = 1
+# From this many rows the weight is dequantized once and cuBLAS multiplies: at 128 rows the tiled
+# kernel is only as fast, at 64 it takes two thirds of the time.
 DEQUANT_MIN_ROWS = 128
 
 # (N, K) -> {rows: config}, for bits 4, group size 128
@@ -21,7 +24,13 @@ TUNED_SM90: dict[tuple[int, int], dict[int, Config]] = {
     (28672, 4096): {16: (16, 256, 128, 8, 4, 3), 64: (64, 128, 128, 4, 4, 4)},
     (4096, 14336): {16: (16, 256, 128, 16, 4, 3), 64: (64, 128, 128, 8, 4, 4)},
 }
-TUNED_GEMV_SM90: dict[tuple[int, int], GemvConfig] = {}
+# (N, K) -> config at one row
+TUNED_GEMV_SM90: dict[tuple[int, int], GemvConfig] = {
+    (6144, 4096): (256, 128, 16, 4),
+    (4096, 4096): (256, 128, 16, 4),
+    (28672, 4096): (256, 128, 16, 4),
+    (4096, 14336): (256, 128, 16, 4),
+}
 TUNED_BITS, TUNED_GROUP_SIZE = 4, 128
 NUM_SMS_SM90 = 132
 
