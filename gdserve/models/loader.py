@@ -20,7 +20,6 @@ from gdserve.models.config import ModelConfig
 from gdserve.models.llama import LlamaForCausalLM
 from gdserve.models.registry import ALIASES
 from gdserve.quant.config import PackedQuantConfig, checkpoint_quant_config, packed_quant_config, resolve_method
-from gdserve.quant.gguf import GGUFCheckpoint
 from gdserve.quant.load import init_dummy_packed, load_packed_weights, packed_layout, packed_projections
 
 logger = logging.getLogger(__name__)
@@ -145,8 +144,11 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
 
 def _load_packed(path: Path, config: ModelConfig, dtype: torch.dtype, device: str | torch.device,
                  quant: PackedQuantConfig, gguf_file: Path | None) -> LlamaForCausalLM:
-    gguf = GGUFCheckpoint(gguf_file) if quant.method == "gguf" and not quant.rtn else None
-    model = _build(config, dtype, device, packed_layout(quant, gguf))
+    gguf = None
+    if quant.method == "gguf" and not quant.rtn:
+        from gdserve.quant.gguf import GGUFCheckpoint  # needs the gguf package, which the GPU image lacks
+        gguf = GGUFCheckpoint(gguf_file)
+    model = _build(config, dtype, device, packed_layout(quant, gguf.linear_layouts() if gguf else None))
     if quant.rtn:
         _init_dummy(model)
         init_dummy_packed(model)

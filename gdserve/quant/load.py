@@ -7,7 +7,6 @@ import torch
 from gdserve.layers.packed_linear import PackedLinear
 from gdserve.quant.awq import awq_to_packed
 from gdserve.quant.config import PackedProjection, PackedQuantConfig
-from gdserve.quant.gguf import GGUFCheckpoint
 from gdserve.quant.gptq import gptq_to_packed
 from gdserve.quant.rtn import rtn_quantize
 
@@ -15,17 +14,18 @@ Weights = Iterable[tuple[str, torch.Tensor]]
 _PARTS = {"awq": ("qweight", "qzeros", "scales"), "gptq": ("qweight", "qzeros", "scales", "g_idx")}
 
 
-def packed_layout(quant: PackedQuantConfig, gguf: GGUFCheckpoint | None) -> Callable[[str], tuple[int, int]]:
-    """(bits, group_size) of a checkpoint projection by its HF module name."""
-    if quant.method == "gguf" and not quant.rtn:
-        layouts = gguf.linear_layouts()
+def packed_layout(quant: PackedQuantConfig,
+                  layouts: dict[str, tuple[int, int]] | None = None) -> Callable[[str], tuple[int, int]]:
+    """(bits, group_size) of a checkpoint projection by its HF module name: the config's, or each
+    projection's own (a GGUF's layouts)."""
+    if layouts is None:
+        return lambda name: (quant.bits, quant.group_size)
 
-        def from_file(name: str) -> tuple[int, int]:
-            if name not in layouts:
-                raise ValueError(f"{gguf.path.name} has no weight for {name}")
-            return layouts[name]
-        return from_file
-    return lambda name: (quant.bits, quant.group_size)
+    def from_file(name: str) -> tuple[int, int]:
+        if name not in layouts:
+            raise ValueError(f"the GGUF file has no weight for {name}")
+        return layouts[name]
+    return from_file
 
 
 def packed_projections(weights: Weights, quant: PackedQuantConfig,
