@@ -15,7 +15,7 @@ def gptq_to_packed(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Te
                    dtype: torch.dtype) -> PackedProjection:
     in_features = qweight.shape[0] * 32 // bits
     group_size = in_features if group_size == -1 else group_size
-    zeros = unpack(qzeros.t().contiguous(), bits).t() + zero_offset   # [groups, N]
+    zeros = unpack(qzeros.t().contiguous(), bits).t().to(torch.int32) + zero_offset   # [groups, N]
     groups = in_features // group_size
     if in_features % group_size or zeros.shape != scales.shape or scales.shape != (groups, qweight.shape[1]):
         raise ValueError(f"GPTQ tensors disagree: qweight {tuple(qweight.shape)} ({bits}-bit), qzeros "

@@ -11,7 +11,7 @@ from tests.quant.checkpoints import pack_plain
 def test_rows_pack_eight_to_a_word_low_bits_first():
     q = torch.arange(8).view(8, 1) % 16                      # rows 0..7 of one column
     assert pack_plain(q, 4, 0).item() == 0x76543210
-    assert torch.equal(unpack(pack_plain(q, 4, 0), 4), q)
+    assert torch.equal(unpack(pack_plain(q, 4, 0), 4).long(), q)
 
 
 @pytest.mark.parametrize("zero_offset", [0, 1])
