@@ -21,8 +21,10 @@ class EngineConfig:
     # saturating): twice the blocks, half the bytes each decode step reads
     kv_cache_dtype: str = "auto"
     load_format: str = "auto"             # "dummy": random weights of the model's shapes
-    # None: weights in `dtype`. "fp8": the linear layers (LM head apart) in fp8 e4m3 with a scale per
-    # output channel, activations quantized per token on the fly (W8A8 dynamic; CUDA sm_89+ or CPU)
+    # None: weights in `dtype`, unless config.json's quantization_config names awq or gptq. "fp8": the
+    # linear layers (LM head apart) in fp8 e4m3 with a scale per output channel, activations quantized
+    # per token on the fly (W8A8 dynamic; CUDA sm_89+ or CPU). "awq" / "gptq" / "gguf": the
+    # checkpoint's 4-bit (or 8-bit) linear layers stay packed in memory (docs/quantization.md)
     quantization: str | None = None
     max_model_len: int | None = None      # defaults to the model's max_position_embeddings
     max_num_seqs: int = 256

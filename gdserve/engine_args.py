@@ -12,7 +12,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
     parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS,
                         help="fp8: linear layers in fp8 e4m3 (a scale per output channel), activations "
-                             "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU)")
+                             "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU). awq | gptq | "
+                             "gguf: the checkpoint's quantized linear layers stay packed (awq and gptq are "
+                             "also found in config.json; gguf needs a .gguf model)")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (default: 8192 on CUDA, 2048 on CPU)")

@@ -27,11 +27,12 @@ def test_kv_cache_dtype_defaults_to_the_models_and_takes_fp8():
         EngineConfig(kv_cache_dtype="int8")
 
 
-def test_quantization_takes_fp8_and_names_a_bad_value():
+def test_quantization_takes_fp8_and_the_packed_formats_and_names_a_bad_value():
     assert EngineConfig(device="cpu").quantization is None
     assert EngineConfig(device="cpu", quantization="fp8").quantization == "fp8"
-    with pytest.raises(ValueError, match=r"quantization must be None or one of \['fp8'\]"):
-        EngineConfig(device="cpu", quantization="awq")
+    assert EngineConfig(device="cpu", quantization="awq").quantization == "awq"
+    with pytest.raises(ValueError, match=r"quantization must be None or one of \['fp8', 'awq', 'gptq', 'gguf'\]"):
+        EngineConfig(device="cpu", quantization="int4")
 
 
 @pytest.mark.parametrize("cores,workers", [(1, 1), (2, 1), (4, 3), (16, 8), (128, 8)])

@@ -28,7 +28,7 @@ from gdserve.lora.adapter import LoRALoadError
 from gdserve.lora.layers import wrap_lora_layers
 from gdserve.lora.manager import LoRAManager
 from gdserve.lora.request import LoRARequest
-from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model
+from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model, source_gguf
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
 
@@ -72,7 +72,7 @@ class LLMEngine:
         torch.manual_seed(config.seed)
         path = resolve_model(config.model)
         self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format,
-                                                     config.quantization)
+                                                     config.quantization, source_gguf(config.model))
         self.lora, lora_context = None, None
         if config.enable_lora:
             lora_context, layers = wrap_lora_layers(self.model, config.max_loras, config.max_lora_rank,

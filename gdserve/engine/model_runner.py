@@ -8,6 +8,7 @@ from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.kernels.lora import LoRAMapping
 from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.layers.packed_linear import PackedLinear
 from gdserve.layers.quantization import Fp8Linear
 from gdserve.lora.layers import LoRAContext
 from gdserve.models.config import ModelConfig
@@ -46,6 +47,15 @@ def dummy_step_blocks(num_tokens: int, max_model_len: int, block_size: int) -> i
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     elem = torch.tensor([], dtype=dtype).element_size()
     return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+
+
+def _gemm_key(layer: torch.nn.Module) -> tuple:
+    """What picks a linear layer's GEMM kernels: its shape, bias and weight format."""
+    if isinstance(layer, PackedLinear):
+        weight = ("packed", layer.bits, layer.group_size, layer.scales.dtype, layer.perm is not None)
+    else:
+        weight = (type(layer).__name__, layer.weight.dtype)
+    return layer.in_features, layer.out_features, layer.bias is not None, weight
 
 
 class ModelRunner:
@@ -119,9 +129,8 @@ class ModelRunner:
         head = getattr(self.model, "lm_head", None)
         layers = {}
         for layer in self.model.modules():
-            if isinstance(layer, (torch.nn.Linear, Fp8Linear)) and layer is not head:
-                key = (layer.in_features, layer.out_features, layer.bias is not None, layer.weight.dtype)
-                layers.setdefault(key, layer)
+            if isinstance(layer, (torch.nn.Linear, Fp8Linear, PackedLinear)) and layer is not head:
+                layers.setdefault(_gemm_key(layer), layer)
         return list(layers.values())
 
     @torch.inference_mode()

@@ -8,7 +8,9 @@ from torch import nn
 from gdserve.kernels.fp8_gemm import fp8_gemm
 from gdserve.kernels.quant import quant_fp8_rowwise
 
-QUANTIZATIONS = ("fp8",)
+# fp8: quantized after loading (here). awq, gptq, gguf: loaded packed from a checkpoint in that
+# format (gdserve.quant, PackedLinear)
+QUANTIZATIONS = ("fp8", "awq", "gptq", "gguf")
 
 
 class Fp8Activation(NamedTuple):
@@ -45,6 +47,9 @@ class Fp8Linear(nn.Module):
 def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] = ()) -> None:
     """Replace, in place, every nn.Linear of model that is not in skip."""
     check_method(method)
+    if method != "fp8":
+        raise ValueError(f"quantization {method!r} comes with the checkpoint (load_model); only fp8 "
+                         "quantizes a loaded model")
     targets = [(parent, name, child) for parent in model.modules()
                for name, child in parent.named_children()
                if isinstance(child, nn.Linear) and not any(child is s for s in skip)]

@@ -1,6 +1,8 @@
 from dataclasses import dataclass
 from typing import Any
 
+from gdserve.quant.config import CHECKPOINT_METHODS
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
 
@@ -36,11 +38,11 @@ class ModelConfig:
         """From a transformers config (4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""
         arch = _architecture(hf)
         quant = getattr(hf, "quantization_config", None)
-        if quant:
-            method = quant.get("quant_method", "?") if isinstance(quant, dict) else type(quant).__name__
-            raise ValueError(f"{arch}: checkpoints quantized ahead of time (quant_method {method!r}) are not "
-                             "supported; load the unquantized checkpoint with quantization='fp8' "
-                             "(--quantization fp8) to quantize it at load")
+        method = (quant.get("quant_method", "?") if isinstance(quant, dict) else type(quant).__name__) if quant else None
+        if method is not None and method not in CHECKPOINT_METHODS:
+            raise ValueError(f"{arch}: checkpoints quantized ahead of time with quant_method {method!r} are not "
+                             f"supported (only {', '.join(CHECKPOINT_METHODS)}); load the unquantized checkpoint "
+                             "with quantization='fp8' (--quantization fp8) to quantize it at load")
         if getattr(hf, "hidden_act", "silu") != "silu":
             raise ValueError(f"{arch}: hidden_act {hf.hidden_act!r} is not supported (only 'silu')")
         is_qwen2 = arch == "Qwen2ForCausalLM"

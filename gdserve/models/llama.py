@@ -1,6 +1,6 @@
 """Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2): the differences are config-driven.
 Tokens are flat ([T], no batch dim); attention goes through the paged KV cache."""
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +8,9 @@ from torch import nn
 
 from gdserve.layers.activation import SiluAndMul
 from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.kernels.packed_gemm import PackedWeight
 from gdserve.layers.norm import RMSNorm
+from gdserve.layers.packed_linear import PackedLinear, pack_linears
 from gdserve.layers.quantization import Fp8Linear, quantize_linears
 from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
 from gdserve.models.config import ModelConfig
@@ -132,6 +134,43 @@ class LlamaForCausalLM(nn.Module):
             layer.input_layernorm.quant_fp8 = isinstance(layer.self_attn.qkv_proj, Fp8Linear)
             layer.post_attention_layernorm.quant_fp8 = isinstance(layer.mlp.gate_up_proj, Fp8Linear)
             layer.mlp.act_fn.quant_fp8 = isinstance(layer.mlp.down_proj, Fp8Linear)
+
+    def pack_linears(self, layout: Callable[[str], tuple[int, int]]) -> None:
+        """Swap the linear layers (the LM head apart) for empty PackedLinears. layout: the (bits,
+        group_size) of a checkpoint projection by its HF module name; a fused layer takes its
+        projections' widest bits (narrower ones widen exactly as they load)."""
+        def fused_layout(name: str) -> tuple[int, int]:
+            parent, _, leaf = name.rpartition(".")
+            layouts = [layout(f"{parent}.{hf}") for hf in FUSED.get(leaf, (leaf,))]
+            group_sizes = {group_size for _, group_size in layouts}
+            if len(group_sizes) > 1:
+                raise ValueError(f"{name}: its projections come in group sizes {sorted(group_sizes)}; "
+                                 "one fused GEMM needs one")
+            return max(bits for bits, _ in layouts), group_sizes.pop()
+
+        pack_linears(self, fused_layout, skip=(self.lm_head,))
+
+    def packed_projection_names(self) -> set[str]:
+        """The HF module names of the checkpoint projections the PackedLinears take."""
+        names = set()
+        for name, module in self.named_modules():
+            if isinstance(module, PackedLinear):
+                parent, _, leaf = name.rpartition(".")
+                names.update(f"{parent}.{hf}" for hf in FUSED.get(leaf, (leaf,)))
+        return names
+
+    def load_packed(self, name: str, weight: PackedWeight, perm: torch.Tensor | None = None) -> None:
+        """Copy a checkpoint projection (HF module name, e.g. model.layers.0.self_attn.q_proj),
+        packed, into its PackedLinear or its shard of a fused one."""
+        parent, _, leaf = name.rpartition(".")
+        fused, index = SHARD_OF.get(leaf, (leaf, 0))
+        module = self.get_submodule(f"{parent}.{fused}")
+        if not isinstance(module, PackedLinear):
+            raise ValueError(f"quantized weight {name!r}: {parent}.{fused} is not a packed linear layer")
+        try:
+            module.load_shard(index, weight, perm)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> [N, vocab] float32"""

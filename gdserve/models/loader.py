@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -19,6 +19,8 @@ from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
 from gdserve.models.llama import LlamaForCausalLM
 from gdserve.models.registry import ALIASES
+from gdserve.quant.config import PackedQuantConfig, checkpoint_quant_config, packed_quant_config, resolve_method
+from gdserve.quant.load import init_dummy_packed, load_packed_weights, packed_layout, packed_projections
 
 logger = logging.getLogger(__name__)
 LOAD_FORMATS = ("auto", "dummy")
@@ -42,6 +44,14 @@ def resolve_model(name: str) -> Path:
         return _converted(path)
     raise ValueError(f"unknown model {name!r}: expected an alias ({', '.join(ALIASES)}), "
                      "an HF-format directory (config.json + *.safetensors), or a .gguf file")
+
+
+def source_gguf(name: str) -> Path | None:
+    """The .gguf file a model name (an alias or a path) comes from; None for an HF-format directory."""
+    if name in ALIASES:
+        return ALIASES[name].path()
+    path = Path(name).expanduser()
+    return path if path.is_file() and path.suffix == ".gguf" else None
 
 
 def _gguf_key(gguf: Path) -> str:
@@ -100,16 +110,28 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-               load_format: str = "auto", quantization: str | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
+               load_format: str = "auto", quantization: str | None = None,
+               gguf_file: Path | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Build our model from an HF-format directory. load_format "dummy" needs only config.json
     and fills deterministic random weights (benchmarks with real shapes). quantization (one of
-    QUANTIZATIONS) quantizes the loaded weights."""
+    QUANTIZATIONS): "fp8" quantizes the loaded weights; "awq" / "gptq" (also found in config.json's
+    quantization_config) and "gguf" (the weights then come from gguf_file, the model's source)
+    keep the checkpoint's linear layers packed; with "dummy", random weights are quantized by
+    round-to-nearest into the packed layout."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format {load_format!r}: expected one of {', '.join(LOAD_FORMATS)}")
     if quantization is not None:
-        _check_quantization(quantization, torch.device(device))
+        check_method(quantization)
     path = Path(path)
-    config = ModelConfig.from_hf(AutoConfig.from_pretrained(path))
+    hf_config = AutoConfig.from_pretrained(path)
+    quant_config = checkpoint_quant_config(path, hf_config)
+    method = resolve_method(quantization, quant_config, load_format, gguf_file is not None)
+    if quantization == "fp8":
+        _check_fp8(torch.device(device))
+    config = ModelConfig.from_hf(hf_config)
+    if method is not None:
+        quant = packed_quant_config(method, quant_config, load_format)
+        return _load_packed(path, config, dtype, device, quant, gguf_file).eval(), config
     model = _build(config, dtype, device)
     if load_format == "dummy":
         _init_dummy(model)
@@ -120,23 +142,44 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     return model.eval(), config
 
 
-def _check_quantization(method: str, device: torch.device) -> None:
-    check_method(method)
+def _load_packed(path: Path, config: ModelConfig, dtype: torch.dtype, device: str | torch.device,
+                 quant: PackedQuantConfig, gguf_file: Path | None) -> LlamaForCausalLM:
+    gguf = None
+    if quant.method == "gguf" and not quant.rtn:
+        from gdserve.quant.gguf import GGUFCheckpoint  # needs the gguf package, which the GPU image lacks
+        gguf = GGUFCheckpoint(gguf_file)
+    model = _build(config, dtype, device, packed_layout(quant, gguf.linear_layouts() if gguf else None))
+    if quant.rtn:
+        _init_dummy(model)
+        init_dummy_packed(model)
+    elif gguf is not None:
+        load_packed_weights(model, gguf.weights(config.num_attention_heads, config.num_key_value_heads, dtype))
+    else:
+        load_packed_weights(model, packed_projections(_safetensors_weights(path), quant, dtype))
+    logger.info("linear layers packed (%s%s)", quant.method, ", random weights, round-to-nearest" if quant.rtn else "")
+    return model
+
+
+def _check_fp8(device: torch.device) -> None:
     if device.type == "cpu":
-        logger.warning("quantization %s on the CPU halves the weights' memory but runs ~9x slower than "
-                       "bfloat16 weights (torch's CPU fp8 GEMM)", method)
+        logger.warning("quantization fp8 on the CPU halves the weights' memory but runs ~9x slower than "
+                       "bfloat16 weights (torch's CPU fp8 GEMM)")
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     if capability is not None and capability < (8, 9):
         major, minor = capability
-        raise ValueError(f"quantization {method} needs fp8 tensor cores (compute capability 8.9 or "
+        raise ValueError(f"quantization fp8 needs fp8 tensor cores (compute capability 8.9 or "
                          f"higher: Ada, Hopper); {torch.cuda.get_device_name(device)} is {major}.{minor}")
 
 
-def _build(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> LlamaForCausalLM:
+def _build(config: ModelConfig, dtype: torch.dtype, device: str | torch.device,
+           packed: Callable[[str], tuple[int, int]] | None = None) -> LlamaForCausalLM:
     """Uninitialized weights: loading or dummy init fills them all, and a random init of
-    SmolLM2 alone costs 1.6 s on CPU."""
+    SmolLM2 alone costs 1.6 s on CPU. packed: the layout of PackedLinears that take the linear
+    layers' place before anything is allocated."""
     with torch.device("meta"), _default_dtype(dtype):
         model = LlamaForCausalLM(config)
+        if packed is not None:
+            model.pack_linears(packed)
     model.to_empty(device=device)
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):

@@ -28,7 +28,7 @@ def test_commands_load_without_the_server_dependencies(command):
 
 
 @pytest.mark.parametrize("flag,value,choice", [("--kv-cache-dtype", "int8", "fp8_e5m2"),
-                                               ("--quantization", "awq", "fp8")])
+                                               ("--quantization", "int4", "gguf")])
 def test_a_bad_choice_is_refused_naming_the_choices(flag, value, choice):
     done = subprocess.run([sys.executable, "-m", "gdserve.entrypoints.cli", "serve", flag, value],
                           capture_output=True, text=True, timeout=120)

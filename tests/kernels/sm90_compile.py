@@ -153,6 +153,37 @@ def lora(layer: str, rank: int, kernel: str, dtype: torch.dtype = BF16) -> None:
         add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, segments, 40)
 
 
+# (in_features, out_features) of Llama-3-8B's linear layers: qkv, o, gate_up, down
+LLAMA3_8B_LINEAR = ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
+
+
+def packed_gemm(rows: int, bits: int = 4, group_size: int = 128, dtype: torch.dtype = BF16,
+                configs: list | None = None) -> None:
+    """The fused kernels at each of Llama-3-8B's shapes: the given tiles, else the default path's
+    for `rows` there (tuned or by rule)."""
+    from gdserve.kernels.triton.packed_gemm import packed_gemm_triton
+    from gdserve.kernels.triton.packed_gemm_configs import GEMV_MAX_ROWS, config_for, gemv_config_for
+    choose = gemv_config_for if rows <= GEMV_MAX_ROWS else config_for
+    for K, N in LLAMA3_8B_LINEAR:
+        qweight = torch.zeros(K * bits // 32, N, dtype=torch.int32)
+        scales = torch.zeros(K // group_size, N, dtype=dtype)
+        x = torch.zeros(rows, K, dtype=dtype)
+        for config in configs or [choose(rows, N, K, bits, group_size, torch.device("cpu"))]:
+            packed_gemm_triton(x, qweight, scales, scales, bits, group_size, config)
+
+
+def _packed_tuned() -> list:
+    from gdserve.kernels.triton.packed_gemm_configs import TUNED_GEMV_SM90, TUNED_SM90
+    return sorted({c for table in TUNED_SM90.values() for c in table.values()} | set(TUNED_GEMV_SM90.values()))
+
+
+def packed_dequantize(bits: int, dtype: torch.dtype = BF16) -> None:
+    from gdserve.kernels.triton.packed_gemm import dequantize_triton
+    qweight = torch.zeros(4096 * bits // 32, 6144, dtype=torch.int32)
+    scales = torch.zeros(4096 // 128, 6144, dtype=dtype)
+    dequantize_triton(qweight, scales, scales, bits, 128)
+
+
 def _cases() -> dict[str, Callable[[], None]]:
     cases = {}
     for head_dim in (64, 128):
@@ -193,6 +224,21 @@ def _cases() -> dict[str, Callable[[], None]]:
     cases["lora-sgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "sgmv", FP32)
     cases["lora-bgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "bgmv", FP32)
     cases["lora-sgmv-qkv-r128"] = lambda: lora("qkv", 128, "sgmv")
+    cases["packed-gemm-tuned"] = lambda: packed_gemm(16, configs=_packed_tuned())  # every tile the tables name
+    for bits, group_size in ((4, 128), (4, 32), (8, 32), (8, 128), (4, 4096)):
+        for rows in (1, 16):  # the program-a-row kernel, the tiled one; default tiles
+            cases[f"packed-gemm-m{rows}-{bits}bit-g{group_size}"] = \
+                lambda r=rows, b=bits, g=group_size: packed_gemm(r, b, g)
+    for rows in (1, 16):
+        cases[f"packed-gemm-m{rows}-fp16"] = lambda r=rows: packed_gemm(r, dtype=torch.float16)
+        cases[f"packed-gemm-m{rows}-fp32"] = lambda r=rows: packed_gemm(r, dtype=FP32)
+    # the fused kernel's large tiles, for row counts under the dequantize-and-cuBLAS threshold
+    cases["packed-gemm-prefill-tiles"] = lambda: packed_gemm(128, configs=[(64, 128, 128, 1, 4, 3),
+                                                                          (128, 128, 128, 1, 8, 3)])
+    cases["packed-gemm-m64-4bit-g32"] = lambda: packed_gemm(64, 4, 32)  # the most shared memory on the default path
+    for bits in (4, 8):
+        cases[f"packed-dequantize-{bits}bit"] = lambda b=bits: packed_dequantize(b)
+    cases["packed-dequantize-fp32"] = lambda: packed_dequantize(4, FP32)
     return cases
 
 

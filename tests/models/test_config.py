@@ -78,5 +78,7 @@ def test_llama_attention_bias_covers_o_proj():
 def test_a_checkpoint_quantized_ahead_of_time_is_refused_naming_the_way_to_quantize():
     hf = LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"],
                      quantization_config={"quant_method": "fp8", "activation_scheme": "dynamic"})
-    with pytest.raises(ValueError, match=r"quant_method 'fp8'.*--quantization fp8"):
+    with pytest.raises(ValueError, match=r"quant_method 'fp8' are not supported \(only awq, gptq\).*--quantization fp8"):
         ModelConfig.from_hf(hf)
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    assert ModelConfig.from_hf(LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"], quantization_config=awq))
