@@ -19,8 +19,8 @@ BGMV_MAX_TOKENS = 64
 # NATIVE_ALWAYS tokens, and for steps whose adapters are interleaved up to NATIVE_MAX_TOKENS of
 # their dtype; else the torch path's dense matmuls, per run of tokens where there is one run per
 # slot or runs of CPU_MIN_RUN tokens on average, otherwise per slot over all rows, masked.
-NATIVE_ALWAYS = 4
-NATIVE_MAX_TOKENS = {torch.float32: 128, torch.bfloat16: 32}
+NATIVE_ALWAYS = 16
+NATIVE_MAX_TOKENS = {torch.float32: 128, torch.bfloat16: 64}
 CPU_MIN_RUN = 4
 
 
