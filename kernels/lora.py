@@ -178,6 +178,8 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: tor
     runs = mapping.host_runs()
     if not runs:
         return
+    if runs.active_slots[-1] >= lora_a.shape[0]:  # a graph's mapping, checked only now
+        raise ValueError(f"add_lora: the mapping uses slot {runs.active_slots[-1]}; lora_a has {lora_a.shape[0]} slots")
     tokens = x.shape[0]
     in_runs = len(runs) <= len(runs.active_slots) or len(runs) * CPU_MIN_RUN <= runs.num_tokens
     kernel = native.kernel("add_lora", x)

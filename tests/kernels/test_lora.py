@@ -147,6 +147,14 @@ def test_narrow_and_copy_of_a_built_mapping():
     assert target.segments.tolist() == [[0, 2], [1, 1], [3, 3]]
 
 
+def test_a_graph_mapping_with_a_slot_out_of_range_is_refused(cpu_path):
+    y, x, a, b = operands([0, 1])
+    static = LoRAMapping.static(2, torch.device("cpu"))
+    static.copy_(LoRAMapping.build([0, 7], torch.device("cpu")))
+    with pytest.raises(ValueError, match="slot 7; lora_a has 4 slots"):
+        add_lora(y, x, a, b, QKV, static)
+
+
 def test_mapping_errors_name_the_problem():
     with pytest.raises(ValueError, match="got -2"):
         LoRAMapping.build([0, -2], torch.device("cpu"))
