@@ -1,20 +1,28 @@
 """Batched multi-LoRA deltas: each token of a step adds its adapter's (x @ A^T) @ B^T to a linear
-layer's output, the adapter being the one in its sequence's GPU slot (-1: none). The torch path
-here is also the CPU path; CUDA tensors go to the Triton SGMV / BGMV kernels."""
+layer's output, the adapter being the one in its sequence's GPU slot (-1: none). On the CPU: a
+native kernel for few tokens (csrc/lora.c), dense torch matmuls on views for more; CUDA tensors go
+to the Triton SGMV / BGMV kernels."""
+import ctypes
 import itertools
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 
 import torch
 
+from gdserve.kernels import native
 from gdserve.kernels.triton import use_triton
 
 # Steps of at most this many tokens take the token-indexed kernels (BGMV) on CUDA, larger ones the
 # segment kernels (SGMV); a graph's mapping always takes BGMV.
 BGMV_MAX_TOKENS = 64
-# The CPU path works on runs of consecutive tokens (slices, no masks) where there is one per slot or
-# they are this long on average; else (decode steps, adapters interleaved) once per slot over all rows.
+# On the CPU (scripts/lora_cpu.py): the native kernel (token by token, one call) for steps of up to
+# NATIVE_ALWAYS tokens, and for steps whose adapters are interleaved up to NATIVE_MAX_TOKENS of
+# their dtype; else the torch path's dense matmuls, per run of tokens where there is one run per
+# slot or runs of CPU_MIN_RUN tokens on average, otherwise per slot over all rows, masked.
+NATIVE_ALWAYS = 16
+NATIVE_MAX_TOKENS = {torch.float32: 128, torch.bfloat16: 64}
 CPU_MIN_RUN = 4
+
 
 @dataclass(frozen=True)
 class LoRARuns:
@@ -155,11 +163,11 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: tor
     adapter's scaling is already folded into lora_b; ranks below R are zero-padded; a slot with
     no adapter for this layer is all zeros). Accumulate in float32.
 
-    The CPU path sums x @ A^T in x's dtype (one rounding of the rank-R product where it is 16-bit)."""
+    The CPU's torch matmuls (steps of many tokens) round x @ A^T to x's dtype once where it is 16-bit."""
     check_lora_args(y, x, lora_a, lora_b, shard_sizes, mapping)
     if mapping.runs is not None and not mapping.runs:  # no token has an adapter this step
         return
-    if use_triton(x, "lora") and y.stride(1) == 1 and lora_a.is_contiguous() and lora_b.is_contiguous():
+    if x.is_cuda and use_triton(x, "lora") and y.stride(1) == 1 and lora_a.is_contiguous() and lora_b.is_contiguous():
         from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv
         x = x if x.stride(1) == 1 else x.contiguous()
         if mapping.graph_safe or x.shape[0] <= BGMV_MAX_TOKENS:
@@ -167,29 +175,59 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: tor
         else:
             add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, mapping.segments, mapping.runs.max_length)
         return
-    _add_lora_torch(y, x, lora_a, lora_b, shard_sizes, mapping)
-
-
-def _add_lora_torch(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
-                    shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
-    """Dense matmuls on views: per run of tokens where the runs are long, else per active slot
-    over all rows with the other slots' rows masked to zero."""
     runs = mapping.host_runs()
     if not runs:
         return
-    rank, k = lora_a.shape[2], lora_a.shape[3]
-    a_rows = lora_a.view(lora_a.shape[0], -1, k) if lora_a.is_contiguous() else lora_a.flatten(1, 2)
-    active = runs.active_slots
-    if len(runs) <= len(active) or len(runs) * CPU_MIN_RUN <= runs.num_tokens:
-        for start, length, slot in zip(runs.starts, runs.lengths, runs.slots):
-            rows = slice(start, start + length)
-            h = x[rows] @ a_rows[slot].t()
-            _expand(y[rows], h, lora_b[slot], shard_sizes, rank)
-        return
-    for slot in active:
+    if runs.active_slots[-1] >= lora_a.shape[0]:  # a graph's mapping, checked only now
+        raise ValueError(f"add_lora: the mapping uses slot {runs.active_slots[-1]}; lora_a has {lora_a.shape[0]} slots")
+    tokens = x.shape[0]
+    in_runs = len(runs) <= len(runs.active_slots) or len(runs) * CPU_MIN_RUN <= runs.num_tokens
+    kernel = native.kernel("add_lora", x)
+    if kernel is not None and (tokens <= NATIVE_ALWAYS or not in_runs and tokens <= NATIVE_MAX_TOKENS[x.dtype]) \
+            and x.stride(1) == 1 and y.stride(1) == 1 and lora_a.is_contiguous() and lora_b.is_contiguous():
+        _add_lora_native(kernel, y, x, lora_a, lora_b, shard_sizes, mapping)
+    elif in_runs:
+        _add_lora_runs(y, x, lora_a, lora_b, shard_sizes, runs)
+    else:
+        _add_lora_masked(y, x, lora_a, lora_b, shard_sizes, mapping)
+
+
+def _add_lora_native(kernel, y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                     shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    (t, k), (n, rank) = x.shape, lora_b.shape[1:]
+    h = torch.empty(t, len(shard_sizes) * rank, dtype=torch.float32)
+    kernel(native.ptr(y), native.ptr(x), native.ptr(lora_a), native.ptr(lora_b), native.ptr(mapping.token_slots),
+           ctypes.c_long(t), ctypes.c_long(k), ctypes.c_long(n), rank, len(shard_sizes), _shard_ends(tuple(shard_sizes)),
+           ctypes.c_long(y.stride(0)), ctypes.c_long(x.stride(0)), native.ptr(h), torch.get_num_threads())
+
+
+@cache
+def _shard_ends(shard_sizes: tuple[int, ...]) -> ctypes.Array:
+    return (ctypes.c_long * len(shard_sizes))(*itertools.accumulate(shard_sizes))
+
+
+def _a_rows(lora_a: torch.Tensor) -> torch.Tensor:
+    """lora_a as [slots, shards * R, K]."""
+    return lora_a.view(lora_a.shape[0], -1, lora_a.shape[3]) if lora_a.is_contiguous() else lora_a.flatten(1, 2)
+
+
+def _add_lora_runs(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                   shard_sizes: tuple[int, ...], runs: LoRARuns) -> None:
+    """Dense matmuls on each run's rows (views: no gathers)."""
+    a_rows = _a_rows(lora_a)
+    for start, length, slot in zip(runs.starts, runs.lengths, runs.slots):
+        x_run, y_run = (x, y) if length == x.shape[0] else (x[start:start + length], y[start:start + length])
+        _expand(y_run, x_run @ a_rows[slot].t(), lora_b[slot], shard_sizes, lora_a.shape[2])
+
+
+def _add_lora_masked(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                     shard_sizes: tuple[int, ...], mapping: LoRAMapping) -> None:
+    """Dense matmuls over all rows once per active slot, the other slots' rows masked to zero."""
+    a_rows = _a_rows(lora_a)
+    for slot in mapping.host_runs().active_slots:
         h = x @ a_rows[slot].t()
         h.mul_(mapping.mask(slot, h.dtype))
-        _expand(y, h, lora_b[slot], shard_sizes, rank)
+        _expand(y, h, lora_b[slot], shard_sizes, lora_a.shape[2])
 
 
 def _expand(y: torch.Tensor, h: torch.Tensor, b: torch.Tensor, shard_sizes: tuple[int, ...], rank: int) -> None:
@@ -197,10 +235,8 @@ def _expand(y: torch.Tensor, h: torch.Tensor, b: torch.Tensor, shard_sizes: tupl
     if len(shard_sizes) == 1:
         y.addmm_(h, b.t())
         return
-    off = 0
-    for i, n in enumerate(shard_sizes):
-        y[:, off:off + n].addmm_(h[:, i * rank:(i + 1) * rank], b[off:off + n].t())
-        off += n
+    for y_shard, h_shard, b_shard in zip(y.split(shard_sizes, 1), h.split(rank, 1), b.split(shard_sizes, 0)):
+        y_shard.addmm_(h_shard, b_shard.t())
 
 
 def check_lora_args(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,

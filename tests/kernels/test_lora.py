@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from gdserve.kernels import lora, native
 from gdserve.kernels.lora import LoRAMapping, add_lora, add_lora_reference
 
 QKV = (48, 16, 16)  # unequal shards, as q, k, v
@@ -60,11 +61,25 @@ def test_reference_matches_per_token_loop(pattern, shard_sizes):
     torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture(params=["native", "torch"])
+def cpu_path(request, monkeypatch) -> str:
+    """Every step through the native kernel, or through the torch matmuls (per run or masked)."""
+    if request.param == "native":
+        if native.library() is None:
+            pytest.skip("no C compiler for the native CPU kernels")
+        monkeypatch.setattr(lora, "NATIVE_ALWAYS", 1 << 30)
+    else:
+        monkeypatch.setattr(lora, "NATIVE_ALWAYS", 0)
+        monkeypatch.setattr(lora, "NATIVE_MAX_TOKENS", dict.fromkeys(lora.NATIVE_MAX_TOKENS, 0))
+    return request.param
+
+
 @pytest.mark.parametrize("pattern", SLOT_PATTERNS)
 @pytest.mark.parametrize("shard_sizes", [QKV, (64,)], ids=["qkv", "one"])
-def test_cpu_path_matches_reference(pattern, shard_sizes):
+@pytest.mark.parametrize("rank", [8, 12])
+def test_cpu_path_matches_reference(cpu_path, pattern, shard_sizes, rank):
     slots = SLOT_PATTERNS[pattern]
-    y, x, a, b = operands(slots, shard_sizes, used_rank=5)
+    y, x, a, b = operands(slots, shard_sizes, rank=rank, used_rank=5)
     expected = y.clone()
     mapping = LoRAMapping.build(slots, torch.device("cpu"))
     add_lora_reference(expected, x, a, b, shard_sizes, mapping)
@@ -74,7 +89,7 @@ def test_cpu_path_matches_reference(pattern, shard_sizes):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("pattern", ["mixed", "segments"])
-def test_16_bit_inputs_accumulate_in_float32(dtype, pattern):
+def test_16_bit_inputs_accumulate_in_float32(cpu_path, dtype, pattern):
     slots = SLOT_PATTERNS[pattern]
     y, x, a, b = operands(slots, dtype=dtype)
     mapping = LoRAMapping.build(slots, torch.device("cpu"))
@@ -83,13 +98,13 @@ def test_16_bit_inputs_accumulate_in_float32(dtype, pattern):
     add_lora_reference(reference, x, a, b, QKV, mapping)
     add_lora(fast, x, a, b, QKV, mapping)
     assert reference.dtype == fast.dtype == dtype
-    # The reference rounds once, at the end; the CPU path also rounds the rank-R product.
+    # The reference rounds once, at the end; the torch matmuls also round the rank-R product.
     torch.testing.assert_close(reference.double(), expected, atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(fast.double(), expected, atol=3e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("op", [add_lora, add_lora_reference])
-def test_tokens_without_adapter_are_untouched(op):
+def test_tokens_without_adapter_are_untouched(cpu_path, op):
     slots = [-1] * 6
     y, x, a, b = operands(slots)
     before = y.clone()
@@ -100,7 +115,7 @@ def test_tokens_without_adapter_are_untouched(op):
     assert empty[0].shape == (0, sum(QKV))
 
 
-def test_static_mapping_takes_the_copied_slots():
+def test_static_mapping_takes_the_copied_slots(cpu_path):
     """What a CUDA graph's runner does: one static mapping, narrowed to the step's size, with each
     step's mapping copied in; the tokens past the copy fall back to the base model."""
     static = LoRAMapping.static(16, torch.device("cpu"))
@@ -130,6 +145,14 @@ def test_narrow_and_copy_of_a_built_mapping():
     target.copy_(LoRAMapping.build([3, -1, 3], torch.device("cpu")))
     assert target.token_slots.tolist() == [3, -1, 3] + [-1] * 5
     assert target.segments.tolist() == [[0, 2], [1, 1], [3, 3]]
+
+
+def test_a_graph_mapping_with_a_slot_out_of_range_is_refused(cpu_path):
+    y, x, a, b = operands([0, 1])
+    static = LoRAMapping.static(2, torch.device("cpu"))
+    static.copy_(LoRAMapping.build([0, 7], torch.device("cpu")))
+    with pytest.raises(ValueError, match="slot 7; lora_a has 4 slots"):
+        add_lora(y, x, a, b, QKV, static)
 
 
 def test_mapping_errors_name_the_problem():
@@ -164,3 +187,17 @@ def mismatched_cases() -> dict:
 def test_mismatched_arguments_raise_clear_errors(op, message):
     with pytest.raises(ValueError, match=message):
         op(*mismatched_cases()[message])
+
+
+@pytest.mark.parametrize("pattern", ["one-token", "interleaved", "segments"])
+def test_strided_rows(cpu_path, pattern):
+    """x and y as column slices of wider tensors (row strides above their widths)."""
+    slots = SLOT_PATTERNS[pattern]
+    y, x, a, b = operands(slots)
+    wide_x, wide_y = torch.zeros(len(slots), 50), torch.zeros(len(slots), 90)
+    wide_x[:, 3:43], wide_y[:, 5:85] = x, y
+    expected = y.clone()
+    add_lora_reference(expected, x, a, b, QKV, LoRAMapping.build(slots, torch.device("cpu")))
+    add_lora(wide_y[:, 5:85], wide_x[:, 3:43], a, b, QKV, LoRAMapping.build(slots, torch.device("cpu")))
+    torch.testing.assert_close(wide_y[:, 5:85], expected, atol=1e-5, rtol=1e-5)
+    assert not wide_y[:, :5].any() and not wide_y[:, 85:].any()
