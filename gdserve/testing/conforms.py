@@ -70,7 +70,8 @@ def _check_schema(instance: Any, schema: Any) -> Any:
             from None
     errors = list(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(instance))
     if errors:
-        first = jsonschema.exceptions.best_match(errors)
+        # the first error in document order; best_match looks inside an anyOf/oneOf for its likeliest branch
+        first = jsonschema.exceptions.best_match(errors[:1])
         raise _fail(json_pointer(first.absolute_path), first.message, first.instance, len(errors))
     return instance
 

@@ -68,3 +68,15 @@ def test_bad_schema_is_a_clear_error(schema, error):
 def test_schema_of_a_wrong_type():
     with pytest.raises(TypeError, match="not list"):
         assert_conforms("{}", [])
+
+
+def test_first_error_in_document_order():
+    schema = {"properties": {"tags": {"items": {"type": "string", "maxLength": 3}}}}
+    with pytest.raises(AssertionError, match=r"at /tags/0: 'toolong' is too long\n.*\n  \(2 errors in all\)"):
+        assert_conforms({"tags": ["toolong", 5]}, schema)
+
+
+def test_any_of_names_the_likeliest_branch():
+    schema = {"properties": {"id": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^x"}]}}}
+    with pytest.raises(AssertionError, match="at /id: "):
+        assert_conforms({"id": "y"}, schema)
