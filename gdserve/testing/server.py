@@ -1,6 +1,5 @@
 """A `gdserve serve` subprocess on a free local port: start it, wait for /health, stop it."""
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -65,7 +64,7 @@ def _api_key(args: list[str]) -> str:
             return args[i + 1]
         if arg.startswith("--api-key="):
             return arg.split("=", 1)[1]
-    return os.environ.get("GDSERVE_API_KEY", "unused")
+    return "unused"
 
 
 def start_server(model: str | None, args: list[str], log_path: Path, timeout_s: float = 300.0) -> GdserveServer:

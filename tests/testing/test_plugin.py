@@ -64,7 +64,9 @@ def test_assert_conforms_failure_shows_the_pointer(pytester, schema_dir):
 
 def test_server_fixture_serves_and_stops(pytester, tiny_args):
     pytester.makepyfile("""
-        import os, pathlib
+        import pathlib, urllib.error, urllib.request
+
+        import pytest
 
         def test_chat(gdserve_server):
             assert gdserve_server.base_url.startswith("http://127.0.0.1:")
@@ -74,10 +76,12 @@ def test_server_fixture_serves_and_stops(pytester, tiny_args):
                 max_tokens=4, extra_body={"guided_choice": ["yes", "no"]})
             assert r.choices[0].message.content in ("yes", "no")
 
-        def test_same_server(gdserve_server):
+        def test_same_server_with_the_flags_passed_through(gdserve_server):
             assert pathlib.Path("pid").read_text() == str(gdserve_server.process.pid)
+            with pytest.raises(urllib.error.HTTPError, match="401"):
+                urllib.request.urlopen(gdserve_server.base_url + "/models")
     """)
-    pytester.runpytest(*tiny_args).assert_outcomes(passed=2)
+    pytester.runpytest(*tiny_args, "--gdserve-arg=--api-key sekrit").assert_outcomes(passed=2)
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(int((pytester.path / "pid").read_text()), 0)
 
