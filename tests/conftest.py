@@ -3,9 +3,14 @@ import os
 from pathlib import Path
 
 import pytest
-from transformers import LlamaConfig
 
-from tests.helpers import TINY_LLAMA, save_byte_tokenizer, save_random_hf_model
+from tests.triton_interpreter import use_interpreter_without_cuda
+
+use_interpreter_without_cuda()  # before anything imports triton
+
+from transformers import LlamaConfig  # noqa: E402
+
+from tests.helpers import TINY_LLAMA, save_byte_tokenizer, save_random_hf_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

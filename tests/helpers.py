@@ -22,7 +22,7 @@ TINY_LLAMA = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hid
 def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
     """Register, and name, an HF attention that sees K and V rounded to kv_cache_dtype as an
     fp8 cache stores them: the reference for an engine with that cache."""
-    # Imported here: they import triton, which must not load before tests/kernels/conftest.py
+    # Imported here: they import triton, which must not load before tests/conftest.py
     # sets TRITON_INTERPRET (this module is imported at collection).
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward

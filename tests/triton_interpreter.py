@@ -1,8 +1,8 @@
-"""Without a GPU, the Triton kernels run here under the interpreter. Triton reads TRITON_INTERPRET
-when it is first imported (its own jit helpers are built then), so it is set here, during
-collection, before any test module of this folder imports triton; nothing collected earlier in
-the suite imports it. Processes that tests start later inherit the setting, which is harmless:
-nothing on the CPU path uses triton."""
+"""Without a GPU, the Triton kernels run under the interpreter. Triton reads TRITON_INTERPRET when
+it is first imported (its own jit helpers are built then), and libraries the tests use import it
+(peft does), so the root conftest.py calls `use_interpreter_without_cuda()` before any test module
+is collected. Processes that tests start later inherit the setting, which is harmless: nothing on
+the CPU path uses triton."""
 import importlib.util
 import os
 
@@ -52,7 +52,8 @@ def _patch_interpreter_fp8_downcast() -> None:
     interpreter._convert_float = fixed
 
 
-if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    _patch_interpreter_for_numpy_2_4()
-    _patch_interpreter_fp8_downcast()
+def use_interpreter_without_cuda() -> None:
+    if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        _patch_interpreter_for_numpy_2_4()
+        _patch_interpreter_fp8_downcast()
