@@ -77,3 +77,8 @@ def test_replace_keeps_validation():
     assert p.temperature == 0.0 and p.stop == ["x"]
     with pytest.raises(ValueError, match="temperature"):
         dataclasses.replace(p, temperature=-1.0)
+
+
+def test_best_of_below_n_is_rejected():
+    with pytest.raises(ValueError, match=r"best_of must be >= n \(3\), got 2"):
+        SamplingParams(n=3, best_of=2)
