@@ -104,7 +104,8 @@ class SamplingParams:
 
     def _validate(self) -> None:
         _check(self.n >= 1, "n", ">= 1", self.n)
-        _check(self.best_of >= self.n, "best_of", f">= n ({self.n})", self.best_of)
+        _check(isinstance(self.best_of, int) and self.best_of >= self.n, "best_of", f"an integer >= n ({self.n})",
+               self.best_of)
         _check(self.output_kind in ("cumulative", "final_only"), "output_kind",
                "'cumulative' or 'final_only'", self.output_kind)
         if self.max_tokens is not None:

@@ -79,6 +79,7 @@ def test_replace_keeps_validation():
         dataclasses.replace(p, temperature=-1.0)
 
 
-def test_best_of_below_n_is_rejected():
-    with pytest.raises(ValueError, match=r"best_of must be >= n \(3\), got 2"):
-        SamplingParams(n=3, best_of=2)
+@pytest.mark.parametrize("best_of", [2, 3.5, "4"])
+def test_best_of_below_n_or_not_an_integer_is_rejected(best_of):
+    with pytest.raises(ValueError, match=r"best_of must be an integer >= n \(3\), got"):
+        SamplingParams(n=3, best_of=best_of)

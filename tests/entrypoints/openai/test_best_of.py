@@ -30,7 +30,7 @@ def test_best_of_guided_candidates_all_match(tiny_server):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"n": 3, "best_of": 2}, "best_of must be >= n (3), got 2"),
+    ({"n": 3, "best_of": 2}, "best_of must be an integer >= n (3), got 2"),
     ({"n": 1, "best_of": 2, "stream": True}, "best_of > n is not supported with stream"),
     ({"n": 1, "best_of": 17}, "best_of must be <= 16"),
 ])
