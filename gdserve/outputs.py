@@ -26,11 +26,14 @@ class RequestOutput:
     num_cached_tokens: int = 0           # prompt tokens served by the prefix cache
     error: str | None = None             # why the request failed (e.g. its grammar did not compile)
     metrics: dict = field(default_factory=dict)
+    # Tokens generated for the request: with best_of > n, those of the candidates not returned too.
+    # None: those of outputs.
+    num_generated_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_generated_tokens is None:
+            self.num_generated_tokens = sum(len(o.token_ids) for o in self.outputs)
 
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
-
-    @property
-    def num_generated_tokens(self) -> int:
-        return sum(len(o.token_ids) for o in self.outputs)

@@ -56,6 +56,8 @@ _JSON_KINDS = ("json", "json_object")
 @dataclass(kw_only=True)
 class SamplingParams:
     n: int = 1
+    best_of: int | None = None              # candidates generated, of which the n of highest
+                                            # cumulative logprob return (None: n)
     max_tokens: int | None = 16             # None: up to max_model_len (the engine resolves it)
     temperature: float = 1.0                # 0: greedy
     top_p: float = 1.0
@@ -82,6 +84,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.top_k == -1:
             self.top_k = 0
+        if self.best_of is None:
+            self.best_of = self.n
         if self.logit_bias is not None:
             self.logit_bias = _normalize_logit_bias(self.logit_bias)
         if isinstance(self.guided, dict):
@@ -90,8 +94,18 @@ class SamplingParams:
                "a GuidedDecodingParams or a dict of its fields", self.guided)
         self._validate()
 
+    @property
+    def sampled_logprobs(self) -> int | None:
+        """Top logprobs the sampler returns per token: the user's, or 0 (the sampled token's alone)
+        when best_of candidates are ranked by cumulative logprob."""
+        if self.logprobs is None and self.best_of > self.n:
+            return 0
+        return self.logprobs
+
     def _validate(self) -> None:
         _check(self.n >= 1, "n", ">= 1", self.n)
+        _check(isinstance(self.best_of, int) and self.best_of >= self.n, "best_of", f"an integer >= n ({self.n})",
+               self.best_of)
         _check(self.output_kind in ("cumulative", "final_only"), "output_kind",
                "'cumulative' or 'final_only'", self.output_kind)
         if self.max_tokens is not None:

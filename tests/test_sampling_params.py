@@ -77,3 +77,9 @@ def test_replace_keeps_validation():
     assert p.temperature == 0.0 and p.stop == ["x"]
     with pytest.raises(ValueError, match="temperature"):
         dataclasses.replace(p, temperature=-1.0)
+
+
+@pytest.mark.parametrize("best_of", [2, 3.5, "4"])
+def test_best_of_below_n_or_not_an_integer_is_rejected(best_of):
+    with pytest.raises(ValueError, match=r"best_of must be an integer >= n \(3\), got"):
+        SamplingParams(n=3, best_of=best_of)

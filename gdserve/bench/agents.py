@@ -26,6 +26,7 @@ from gdserve.bench.offline import warm_llm
 from gdserve.bench.results import percentiles, rate, run_header, write_result
 from gdserve.bench.workloads import REPO_ROOT, shared_dir
 from gdserve.config import EngineConfig
+from gdserve.engine.progress import GenerationProgress
 from gdserve.grammar import GrammarError, allocate_token_bitmask
 from gdserve.grammar.service import CompileService
 from gdserve.outputs import CompletionOutput, RequestOutput
@@ -110,12 +111,17 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     finished: dict[str, RequestOutput] = {}
     ids = [_add_request(engine, p, sp, g, finished) for p, sp, g in zip(prompts, params, grammars)]
     every = max(1, len(ids) // 8)
+    progress = GenerationProgress(len(ids))
     while len(finished) < len(ids):
         before = len(finished)
-        finished.update((out.request_id, out) for out in engine.step() if out.finished)
-        if len(finished) // every > before // every:  # progress, for runs of minutes on a CPU
+        for out in engine.step():
+            if out.finished:
+                finished[out.request_id] = out
+                progress.update(out.num_prompt_tokens, out.num_generated_tokens)
+        if progress.bar is None and len(finished) // every > before // every:  # for logs of runs of minutes
             print(f"  {len(finished)}/{len(ids)} finished after {time.perf_counter() - start:.0f} s",
                   file=sys.stderr, flush=True)
+    progress.close()
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
     return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
@@ -140,7 +146,7 @@ def _warm_up_guided(llm, prompt: list[int]) -> None:
     refusals are what that run measures."""
     try:
         llm.generate([{"prompt_token_ids": prompt}],
-                     SamplingParams(max_tokens=8, guided=GuidedDecodingParams(choice=WARM_UP_CHOICE)))
+                     SamplingParams(max_tokens=8, guided=GuidedDecodingParams(choice=WARM_UP_CHOICE)), use_tqdm=False)
     except GrammarError:
         pass
 

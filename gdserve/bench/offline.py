@@ -20,9 +20,10 @@ def warm_llm(model: str, engine_args: dict, prompts: list[dict], lora_requests: 
     from gdserve.utils import settle_gc
     llm = LLM(model, **engine_args)
     if lora_requests:
-        llm.generate(prompts[:1] * len(lora_requests), SamplingParams(max_tokens=2), lora_request=lora_requests)
+        llm.generate(prompts[:1] * len(lora_requests), SamplingParams(max_tokens=2), lora_request=lora_requests,
+                     use_tqdm=False)
     else:
-        llm.generate(prompts[:1], SamplingParams(max_tokens=2))
+        llm.generate(prompts[:1], SamplingParams(max_tokens=2), use_tqdm=False)
     llm.engine.kv_cache.reset_prefix_cache()
     settle_gc()
     return llm

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gdserve.bench.workloads import load_workload_module
+from gdserve.engine.progress import GenerationProgress
 
 
 @dataclass
@@ -84,12 +85,16 @@ async def run_load(session, url: str, model: str, requests: list[dict], rate: fl
                    seed: int) -> tuple[list[RequestResult], float]:
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     rng = random.Random(seed)
+    progress = GenerationProgress(len(requests), desc="Requests done")
 
     async def limited(request: dict) -> RequestResult:
         if limit is None:
-            return await send(session, url, model, request)
-        async with limit:
-            return await send(session, url, model, request)
+            result = await send(session, url, model, request)
+        else:
+            async with limit:
+                result = await send(session, url, model, request)
+        progress.update(result.prompt_len, result.output_len)
+        return result
 
     tasks = []
     start = time.perf_counter()
@@ -98,6 +103,7 @@ async def run_load(session, url: str, model: str, requests: list[dict], rate: fl
         if math.isfinite(rate):
             await asyncio.sleep(rng.expovariate(rate))
     results = await asyncio.gather(*tasks)
+    progress.close()
     return results, time.perf_counter() - start
 
 

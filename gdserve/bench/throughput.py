@@ -37,7 +37,7 @@ def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) 
                              guided=GuidedDecodingParams(json=r["json_schema"])) for r in requests]
     for p in guided:
         llm.engine.guided.submit(p.guided).result()
-    llm.generate(prompts[:1], guided[:1])  # JIT-compiles the bitmask kernel before the clock
+    llm.generate(prompts[:1], guided[:1], use_tqdm=False)  # JIT-compiles the bitmask kernel before the clock
     guided_run, outputs = timed_generate(llm, prompts, guided)
     lengths = [len(o.outputs[0].token_ids) for o in outputs]
     unguided = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in lengths]

@@ -5,6 +5,7 @@ from concurrent.futures import Future
 
 from gdserve.config import EngineConfig
 from gdserve.engine.llm_engine import LLMEngine
+from gdserve.engine.progress import GenerationProgress
 from gdserve.lora.request import LoRARequest
 from gdserve.models.registry import DEFAULT_MODEL
 from gdserve.outputs import RequestOutput
@@ -24,18 +25,21 @@ class LLM:
 
     def generate(self, prompts: Prompt | list[Prompt],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 lora_request: LoRARequest | list[LoRARequest | None] | None = None) -> list[RequestOutput]:
-        """lora_request: one adapter for every prompt, or a list with one (or None) per prompt."""
+                 lora_request: LoRARequest | list[LoRARequest | None] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """lora_request: one adapter for every prompt, or a list with one (or None) per prompt.
+        use_tqdm: a progress bar on stderr, where stderr is a terminal."""
         prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
         tokenized = [self._tokenize(p) for p in prompts]
         return self._run(tokenized, self._params_per_prompt(sampling_params, len(prompts)),
-                         self._loras_per_prompt(lora_request, len(prompts)))
+                         self._loras_per_prompt(lora_request, len(prompts)), use_tqdm)
 
     def chat(self, messages: list[dict] | list[list[dict]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None,
              chat_template: str | None = None, add_generation_prompt: bool = True,
              chat_template_kwargs: dict | None = None,
-             lora_request: LoRARequest | list[LoRARequest | None] | None = None) -> list[RequestOutput]:
+             lora_request: LoRARequest | list[LoRARequest | None] | None = None,
+             use_tqdm: bool = True) -> list[RequestOutput]:
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         tokenizer = self.engine.tokenizer
         tokenized = []
@@ -45,7 +49,7 @@ class LLM:
                                                  **(chat_template_kwargs or {}))
             tokenized.append((text, tokenizer.encode(text, add_special_tokens=False)))
         return self._run(tokenized, self._params_per_prompt(sampling_params, len(conversations)),
-                         self._loras_per_prompt(lora_request, len(conversations)))
+                         self._loras_per_prompt(lora_request, len(conversations)), use_tqdm)
 
     def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -74,13 +78,14 @@ class LLM:
         return list(lora_request)
 
     def _run(self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams],
-             loras: list[LoRARequest | None]) -> list[RequestOutput]:
+             loras: list[LoRARequest | None], use_tqdm: bool) -> list[RequestOutput]:
         """Every request starts at once, guided ones while their constraints compile (in parallel,
         cached), so no request waits for another's compile; a constraint that fails to compile
         aborts the batch and raises its GrammarError as soon as it is known."""
         engine = self.engine
         compiles = [engine.guided.submit(p.guided) for p in params if p.guided is not None]
         ids = []
+        progress = GenerationProgress(len(prompts), use_tqdm)
         try:
             for (text, token_ids), p, lora in zip(prompts, params, loras):
                 p = dataclasses.replace(p, output_kind="final_only")  # nothing streams here
@@ -91,11 +96,14 @@ class LLM:
                 for out in engine.step():
                     if out.finished:
                         finished[out.request_id] = out
+                        progress.update(out.num_prompt_tokens, out.num_generated_tokens)
             _raise_failed_compile(compiles)
         except BaseException:
             for request_id in ids:
                 engine.abort_request(request_id)
             raise
+        finally:
+            progress.close()
         return [finished[i] for i in ids]
 
 

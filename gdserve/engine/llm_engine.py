@@ -125,7 +125,7 @@ class LLMEngine:
         if lora_request is not None:
             self.add_lora(lora_request)
         seqs = [self._new_sequence(request_id, i, prompt_token_ids, params, max_tokens, lora_request)
-                for i in range(params.n)]
+                for i in range(params.best_of)]
         if self.config.enable_prefix_caching:
             for sibling in seqs[1:]:
                 sibling.leader = seqs[0]
@@ -451,8 +451,12 @@ class LLMEngine:
         return [self._pop_output(r) for r in request_ids if self._wants_output(r)]
 
     def _wants_output(self, request_id: str) -> bool:
+        """Each step for a cumulative request; once it has finished for a final_only one, and for
+        one that ranks best_of > n candidates (known only when every candidate is done)."""
         seqs = self.requests[request_id]
-        return seqs[0].params.output_kind == "cumulative" or all(s.is_finished for s in seqs)
+        params = seqs[0].params
+        streams = params.output_kind == "cumulative" and params.best_of == params.n
+        return streams or all(s.is_finished for s in seqs)
 
     def _pop_output(self, request_id: str) -> RequestOutput:
         """The request's output; a finished request is forgotten."""
@@ -463,16 +467,23 @@ class LLMEngine:
         return out
 
     def request_output(self, request_id: str) -> RequestOutput:
+        """The request's samples; of best_of > n candidates, the n of highest cumulative logprob,
+        best first and indexed 0..n-1. Its token count covers every candidate."""
         seqs = self.requests[request_id]
-        completions = [CompletionOutput(
-            index=s.index, text=s.text, token_ids=s.output_token_ids, finish_reason=s.finish_reason,
-            stop_reason=s.stop_reason,
-            cumulative_logprob=s.cumulative_logprob if s.params.logprobs is not None else None,
-            logprobs=s.logprobs if s.params.logprobs is not None else None) for s in seqs]
         first = seqs[0]
+        params = first.params
+        returned = seqs
+        if params.best_of > params.n:
+            returned = sorted(seqs, key=lambda s: s.cumulative_logprob, reverse=True)[:params.n]
+        completions = [CompletionOutput(
+            index=i, text=s.text, token_ids=s.output_token_ids, finish_reason=s.finish_reason,
+            stop_reason=s.stop_reason,
+            cumulative_logprob=s.cumulative_logprob if params.sampled_logprobs is not None else None,
+            logprobs=s.logprobs if params.logprobs is not None else None) for i, s in enumerate(returned)]
         return RequestOutput(request_id, self.prompts[request_id], first.token_ids[:first.num_prompt_tokens],
                              completions, finished=all(s.is_finished for s in seqs),
-                             num_cached_tokens=first.num_cached_tokens, error=self.errors.get(request_id))
+                             num_cached_tokens=first.num_cached_tokens, error=self.errors.get(request_id),
+                             num_generated_tokens=sum(s.num_output_tokens for s in seqs))
 
     # ---- sizing ----------------------------------------------------------------------------
     def _max_model_len(self) -> int:

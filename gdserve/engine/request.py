@@ -1,4 +1,4 @@
-"""Per-sequence state. A request with n > 1 fans out into n Sequences (one per sample)."""
+"""Per-sequence state. A request fans out into best_of Sequences (n unless set): one per candidate."""
 import enum
 import time
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ class SequenceStatus(enum.Enum):
 @dataclass(eq=False)
 class Sequence:
     request_id: str
-    index: int                    # which of the request's n samples
+    index: int                    # which of the request's best_of candidates (n unless best_of > n)
     token_ids: list[int]          # prompt + output so far
     num_prompt_tokens: int
     params: SamplingParams

@@ -58,7 +58,7 @@ class SamplingBatch:
         sp = [params[i] for i in sampled]
         top_ks = [p.top_k for p in sp if 0 < p.top_k < vocab_size]
         seeded = [(j, generators[i]) for j, i in enumerate(sampled) if generators[i] is not None]
-        logprobs = [p.logprobs for p in params if p.logprobs is not None]
+        logprobs = [p.sampled_logprobs for p in params if p.sampled_logprobs is not None]
         return cls(
             sample_rows=_long(sampled, device),
             temperature=_float([p.temperature for p in sp], device).unsqueeze(1),

@@ -1,11 +1,15 @@
 """`gdserve bench serve` against a real tiny-model server: a handful of requests, the JSON has
 vLLM benchmark_serving's fields with sane values."""
+import asyncio
 import json
 import subprocess
 import sys
 
+import aiohttp
 import pytest
 
+from gdserve.bench.serve import run_load
+from tests.engine.test_progress import fake_terminal
 from tests.entrypoints.openai.conftest import start_server, stop_server
 
 FIELDS = ["completed", "failed", "duration_s", "total_input_tokens", "total_output_tokens", "request_throughput",
@@ -29,6 +33,7 @@ def _bench(server, tmp_path, *args: str) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "request throughput" in done.stdout
+    assert "Requests done" not in done.stderr  # stderr is a pipe: no progress bar
     return json.loads(out.read_text())
 
 
@@ -58,3 +63,17 @@ def test_offline_ratio(server, tmp_path):
            "--offline-result", str(offline)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "compare the same work" in done.stderr
+
+
+def test_bench_serve_shows_a_bar_on_a_terminal(server, monkeypatch):
+    terminal = fake_terminal(monkeypatch)
+    requests = [{"prompt_ids": [5, 6, 7], "max_tokens": 3}] * 2
+
+    async def load():
+        async with aiohttp.ClientSession() as session:
+            return await run_load(session, f"{server.url}/v1/completions", server.model, requests,
+                                  float("inf"), None, seed=0)
+
+    results, _ = asyncio.run(load())
+    assert all(r.error is None for r in results)
+    assert "Requests done" in terminal.getvalue() and "2/2" in terminal.getvalue()

@@ -74,7 +74,8 @@ def now() -> int:
     return int(time.time())
 
 
-def sampling_params(request: SamplingRequest, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+def sampling_params(request: SamplingRequest, max_tokens: int | None, logprobs: int | None,
+                    best_of: int | None = None) -> SamplingParams:
     """The request's sampling fields as SamplingParams; a bad value is a 400 naming the field."""
     if request.stream_options is not None and not request.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
@@ -84,7 +85,7 @@ def sampling_params(request: SamplingRequest, max_tokens: int | None, logprobs: 
                     repetition_penalty=request.repetition_penalty)
     try:
         return SamplingParams(
-            n=request.n, max_tokens=max_tokens, stop=request.stop, seed=request.seed,
+            n=request.n, best_of=best_of, max_tokens=max_tokens, stop=request.stop, seed=request.seed,
             logit_bias=request.logit_bias, min_tokens=request.min_tokens, ignore_eos=request.ignore_eos,
             stop_token_ids=request.stop_token_ids, skip_special_tokens=request.skip_special_tokens,
             include_stop_str_in_output=request.include_stop_str_in_output, logprobs=logprobs,

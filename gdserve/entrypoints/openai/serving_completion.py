@@ -18,10 +18,10 @@ from gdserve.outputs import RequestOutput
 async def create_completion(ctx: ServingContext, request: CompletionRequest, raw: Request):
     lora_request = ctx.resolve_model(request.model)
     ctx.limits.check_sampling(request)
-    _reject_unsupported(request)
+    _reject_unsupported(ctx, request)
     prompts = encode_prompts(ctx, request.prompt, "prompt")
     ctx.check_queue(len(prompts))
-    params = sampling_params(request, request.max_tokens, request.logprobs)
+    params = sampling_params(request, request.max_tokens, request.logprobs, request.best_of)
     constraint = await compile_constraint(ctx, request)
     request_id = new_id("cmpl")
     streams = await start_all(ctx, request_id, prompts, params, constraint.grammar, lora_request)
@@ -33,11 +33,15 @@ async def create_completion(ctx: ServingContext, request: CompletionRequest, raw
     return JSONResponse(_response(ctx, request, prompts, outputs, meta), headers=headers)
 
 
-def _reject_unsupported(request: CompletionRequest) -> None:
+def _reject_unsupported(ctx: ServingContext, request: CompletionRequest) -> None:
     if request.suffix is not None:
         raise bad_request("suffix is not supported", "suffix")
-    if request.best_of is not None and request.best_of != request.n:
-        raise bad_request("best_of is not supported (only best_of == n)", "best_of")
+    if request.best_of is not None and request.best_of > request.n:
+        if request.stream:  # the candidates are ranked only once all have finished
+            raise bad_request("best_of > n is not supported with stream", "best_of")
+        if request.best_of > ctx.limits.max_n:
+            raise bad_request(f"best_of must be <= {ctx.limits.max_n} (this server's --max-n), got "
+                              f"{request.best_of}", "best_of")
     if request.echo and request.logprobs is not None:
         raise bad_request("echo with logprobs is not supported (prompt logprobs are not computed)", "echo")
 
