@@ -35,7 +35,7 @@ from gdserve.kernels.bitmask import empty_words, pack_words, set_bits
 
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that can close in time
-STEER_MARGIN = 16    # closing_window is twice this (bytes)
+STEER_MARGIN = 16    # bytes (the closing window of a grammar with nothing optional)
 MAX_CACHED_NEXT_COMPLETIONS = 64  # states whose tokens' completions a grammar keeps
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 
@@ -340,8 +340,10 @@ class CfgGrammar:
     def closing_window(self) -> int:
         """Bytes past a state's own shortest completion within which its row keeps only checked
         tokens (before it, a token would have to add more than this to the completion to matter:
-        one that opens an optional member adds that member's shortest text, rarely more)."""
-        return 2 * self.steer_margin
+        one that opens an optional member adds that member's shortest text, rarely more). The
+        margin itself: a window wider than needed would narrow every short answer (a max_tokens
+        of 64 on json_object would leave only `{}`)."""
+        return self.steer_margin
 
     def lexer_next_states(self, lex: int) -> np.ndarray:
         """int32 [V]: each token's lexer state after its bytes from `lex` (the lexer's dead state
