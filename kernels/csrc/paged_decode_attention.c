@@ -14,6 +14,8 @@
 #include <string.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
+
+#include "bf16.h"
 /* Softmax weights of far-off tokens underflow to denormals, which cost ~100x per multiply on
  * x86: flush them to zero in this kernel's threads (and restore the caller's mode after). */
 #define FTZ_DAZ_BEGIN unsigned int saved_csr = _mm_getcsr(); _mm_setcsr(saved_csr | 0x8040u);
@@ -22,21 +24,6 @@
 #define FTZ_DAZ_BEGIN
 #define FTZ_DAZ_END
 #endif
-
-static inline float bf16_to_float(uint16_t x) {
-    uint32_t bits = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) {  /* round to nearest even, as torch does */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);  /* NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 /* Touch the next block while this one computes: block rows are contiguous, so the hardware
  * prefetcher alone would stall at every jump between a sequence's (scattered) blocks. */
