@@ -35,6 +35,11 @@ class EngineConfig:
     kv_cache_memory: int = 1 << 30        # bytes for the KV cache on CPU
     gpu_memory_utilization: float = 0.9   # share of device memory for weights + activations + KV on CUDA
     enable_prefix_caching: bool = True
+    # Preemption (vLLM's names): "recompute" drops a preempted sequence's KV blocks and prefills
+    # its tokens again when it is readmitted; "swap" copies them to swap_space GiB of CPU memory
+    # (pinned on CUDA) and back, falling back to recompute when the swap space is full. None: recompute
+    preemption_mode: str | None = None
+    swap_space: float = 4
     seed: int = 0
     grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
     # Processes compiling constraints off the engine loop, one constraint each at a time. None: one
@@ -73,6 +78,11 @@ class EngineConfig:
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
         _check(self.quantization is None or self.quantization in QUANTIZATIONS, "quantization",
                f"must be None or one of {list(QUANTIZATIONS)}")
+        _check(self.preemption_mode in PREEMPTION_MODES, "preemption_mode",
+               f"must be one of {list(PREEMPTION_MODES)}")
+        _check(self.swap_space >= 0, "swap_space", "must be >= 0 GiB")
+        _check(self.preemption_mode != "swap" or self.swap_space > 0, "swap_space",
+               "must be > 0 GiB with preemption_mode 'swap'")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")
         if self.grammar_compile_workers is None:
             self.grammar_compile_workers = default_compile_workers()
@@ -108,6 +118,7 @@ class EngineConfig:
         return self.torch_dtype() if self.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[self.kv_cache_dtype]
 
 
+PREEMPTION_MODES = (None, "recompute", "swap")
 MAX_DEFAULT_COMPILE_WORKERS = 8
 
 

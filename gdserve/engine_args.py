@@ -22,6 +22,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--preemption-mode", choices=["recompute", "swap"],
+                        help="what preemption does with a sequence's KV blocks: drop them and prefill again "
+                             "(recompute, the default) or copy them to CPU memory and back (swap)")
+    parser.add_argument("--swap-space", type=float, default=4,
+                        help="CPU memory in GiB for swapped-out KV blocks (with --preemption-mode swap)")
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
     parser.add_argument("--grammar-compile-workers", type=int,
@@ -49,6 +54,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
+                preemption_mode=args.preemption_mode, swap_space=args.swap_space,
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s,
                 grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,

@@ -1,14 +1,11 @@
 """`gdserve bench throughput --lora N`: the engine serving N random adapters, mixed round-robin
 over the workload's requests, against the base model on the same workload, in one run."""
 import argparse
-import gc
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
-from gdserve.bench.offline import timed_generate, warm_llm
+from gdserve.bench.offline import timed_run
 from gdserve.bench.random_adapters import PROJECTIONS, parse_targets, write_random_adapters
 from gdserve.bench.results import print_rate, write_result
 from gdserve.config import EngineConfig
@@ -49,27 +46,6 @@ def lora_rank(args: argparse.Namespace) -> int:
 
 def lora_targets(args: argparse.Namespace) -> tuple[str, ...]:
     return PROJECTIONS if args.lora_targets is None else parse_targets(args.lora_targets)
-
-
-def timed_run(requests: list[dict], model: str, engine_args: dict,
-              lora_requests: list[LoRARequest] | None = None) -> dict:
-    """One engine, warmed, over the workload (request i with adapter i mod len(lora_requests)),
-    then let go, so that the next engine finds the memory free."""
-    from gdserve import SamplingParams
-    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
-    per_request = [lora_requests[i % len(lora_requests)] for i in range(len(requests))] if lora_requests else None
-    llm = warm_llm(model, engine_args, prompts, lora_requests)
-    run, _ = timed_generate(llm, prompts, params, per_request)
-    stats = llm.engine.stats()
-    run.update(num_kv_blocks=stats.num_blocks, num_preemptions=stats.num_preemptions)
-    llm.engine.close()
-    del llm
-    gc.unfreeze()  # warm_llm froze the engine's objects out of collection
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return run
 
 
 def run_lora_vs_base(requests: list[dict], model: str, engine_args: dict, adapter_paths: list[Path],

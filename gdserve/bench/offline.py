@@ -1,5 +1,8 @@
 """The offline engine as the throughput benches run it: loaded and warmed, then timed."""
+import gc
 import time
+
+import torch
 
 from gdserve.bench.results import rate
 
@@ -27,3 +30,25 @@ def warm_llm(model: str, engine_args: dict, prompts: list[dict], lora_requests: 
     llm.engine.kv_cache.reset_prefix_cache()
     settle_gc()
     return llm
+
+
+def timed_run(requests: list[dict], model: str, engine_args: dict, lora_requests: list | None = None) -> dict:
+    """One engine, warmed, over the workload (greedy, each request to its max_tokens; request i
+    with adapter i mod len(lora_requests)), then let go, so that the next engine finds the memory
+    free. Records the KV blocks and the preemptions beside the rate."""
+    from gdserve import SamplingParams
+    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
+    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
+    per_request = [lora_requests[i % len(lora_requests)] for i in range(len(requests))] if lora_requests else None
+    llm = warm_llm(model, engine_args, prompts, lora_requests)
+    run, _ = timed_generate(llm, prompts, params, per_request)
+    stats = llm.engine.stats()
+    run.update(num_kv_blocks=stats.num_blocks, num_preemptions=stats.num_preemptions,
+               num_swap_outs=llm.engine.scheduler.num_swap_outs)
+    llm.engine.close()
+    del llm
+    gc.unfreeze()  # warm_llm froze the engine's objects out of collection
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return run

@@ -11,6 +11,7 @@ import torch
 from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
 from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
 from gdserve.bench.offline import timed_generate, warm_llm
+from gdserve.bench.preemption import add_preemption_args, bench_preemption, check_preemption_args
 from gdserve.bench.results import print_rate, rate, run_header, write_result
 from gdserve.bench.workloads import load_workload_module
 from gdserve.engine_args import add_engine_args, engine_kwargs
@@ -89,6 +90,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     if stray and args.workload != "agents":
         raise ValueError(f"{', '.join(stray)} apply to --workload agents only")
     check_lora_args(args)
+    check_preemption_args(args)
     if args.workload == "agents":
         cmd_agents(args, engine_args)
         return
@@ -111,6 +113,9 @@ def cmd_throughput(args: argparse.Namespace) -> None:
         return
     if args.lora is not None:
         bench_lora(args, requests, engine_args, result)
+        return
+    if args.compare_preemption:
+        bench_preemption(requests, args.model, engine_args, result, args.output)
         return
     print(f"engine: {len(requests)} requests ...", file=sys.stderr, flush=True)
     result["engine"] = run_engine(requests, args.model, engine_args)
@@ -137,6 +142,7 @@ def add_throughput_parser(sub) -> None:
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--output", help="write the figures to this JSON file")
     add_lora_args(p)
+    add_preemption_args(p)
     agents = p.add_argument_group("agents workload")
     agents.add_argument("--schema-dir", action="append",
                         help="a folder of JSON Schema files (MaskBench files: their 'schema'), repeatable; "

@@ -8,6 +8,7 @@ in their RequestOutput, and the engine goes on with the other requests and new o
 """
 import itertools
 import logging
+import os
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ from gdserve.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
+MAX_SWAP_SHARE = 0.7  # of the machine's memory that swap_space may take
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -45,10 +48,17 @@ class EngineStats:
     prefix_cache_queries: int   # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int      # of those, tokens found
     num_preemptions: int
+    num_swapped: int = 0        # sequences swapped out to CPU memory now
+    num_swap_blocks: int = 0    # swap space, in KV blocks (0: preemption recomputes)
+    num_used_swap_blocks: int = 0
 
     @property
     def kv_cache_usage(self) -> float:
         return self.num_used_blocks / self.num_blocks
+
+    @property
+    def cpu_cache_usage(self) -> float:
+        return self.num_used_swap_blocks / self.num_swap_blocks if self.num_swap_blocks else 0.0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -94,9 +104,12 @@ class LLMEngine:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         if self.device.type == "cuda":
             self.runner.warm_up(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
-        self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        preemption_mode = config.preemption_mode or "recompute"
+        num_swap_blocks = self._num_swap_blocks() if preemption_mode == "swap" else 0
+        self.runner.allocate_swap_space(num_swap_blocks)
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching, num_swap_blocks)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_loras if config.enable_lora else 0)
+                                   config.max_loras if config.enable_lora else 0, preemption_mode)
         self.sampler = Sampler()
         # Overlap each step's host work with the device's forward (where the forward is asynchronous).
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
@@ -252,7 +265,9 @@ class LLMEngine:
                            num_waiting=len(self.scheduler.waiting) + len(self.compiling),
                            num_blocks=kv.num_blocks, num_used_blocks=kv.num_blocks - kv.num_free_blocks,
                            prefix_cache_queries=kv.num_queries, prefix_cache_hits=kv.num_hits,
-                           num_preemptions=self.scheduler.num_preemptions)
+                           num_preemptions=self.scheduler.num_preemptions,
+                           num_swapped=len(self.scheduler.swapped), num_swap_blocks=kv.swap_space.num_blocks,
+                           num_used_swap_blocks=kv.swap_space.num_blocks - kv.swap_space.num_free_blocks)
 
     # ---- embeddings ------------------------------------------------------------------------
     def embed(self, prompt_token_ids: list[int]) -> list[float]:
@@ -284,7 +299,8 @@ class LLMEngine:
         have finished has had one more row computed, whose token is dropped."""
         self._admit_compiled()
         batch = self.scheduler.schedule()
-        in_flight = batch.seqs + (self._pending.seqs if self._pending is not None else [])
+        # A failed step also fails the sequences it swapped out: their blocks may not have been copied.
+        in_flight = batch.seqs + batch.swapped_out + (self._pending.seqs if self._pending is not None else [])
         outputs: list[RequestOutput] = []
         try:
             self._run_batch(batch, outputs, self._lora_slots(batch))
@@ -294,6 +310,10 @@ class LLMEngine:
 
     def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput], lora_slots: list[int] | None) -> None:
         """Run the batch, adding to outputs as they come: a failure keeps those before it."""
+        if batch.blocks_to_swap_out:
+            self.runner.swap_out(batch.blocks_to_swap_out)
+        if batch.blocks_to_swap_in:
+            self.runner.swap_in(batch.blocks_to_swap_in)
         if batch.is_empty:
             outputs += self._take_pending()
             if self.compiling and not self._failed and not outputs:  # nothing to run until a grammar is ready
@@ -505,6 +525,19 @@ class LLMEngine:
         if num_blocks < 1:
             raise ValueError(f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes")
         return num_blocks
+
+    def _num_swap_blocks(self) -> int:
+        """Blocks in swap_space GiB of CPU memory; more than MAX_SWAP_SHARE of the machine's memory
+        is refused (it would leave too little for everything else, as vLLM also refuses)."""
+        swap_bytes = int(self.config.swap_space * (1 << 30))
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if swap_bytes > MAX_SWAP_SHARE * total:
+            raise ValueError(f"swap_space {self.config.swap_space} GiB is more than {MAX_SWAP_SHARE:.0%} of this "
+                             f"machine's {total / (1 << 30):.1f} GiB of memory")
+        per_block = kv_cache_bytes_per_block(self.model_config, self.config.block_size, self.kv_cache_dtype)
+        if swap_bytes < per_block:
+            raise ValueError(f"swap_space {self.config.swap_space} GiB holds no KV block of {per_block} bytes")
+        return swap_bytes // per_block
 
     def _profile_cuda_budget(self) -> int:
         """gpu_memory_utilization x device memory, minus weights and the peak of the largest step

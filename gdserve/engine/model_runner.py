@@ -1,5 +1,6 @@
 """Owns the model and its KV cache; turns a scheduled batch into one forward pass."""
 import itertools
+from collections.abc import Iterator
 
 import torch
 
@@ -44,6 +45,21 @@ def dummy_step_blocks(num_tokens: int, max_model_len: int, block_size: int) -> i
     return sum(map(len, dummy_step_tables(num_tokens, max_model_len, block_size)[1]))
 
 
+# Blocks per swap copy: bounds the device memory a copy stages (64 MiB at Llama-3-8B's shape).
+SWAP_CHUNK_BLOCKS = 32
+
+
+def _swap_runs(copies: list[tuple[int, int]]) -> Iterator[tuple[list[int], int, int]]:
+    """(device block ids, first CPU block, count) per run of consecutive CPU blocks, at most
+    SWAP_CHUNK_BLOCKS each, from (device block, CPU block) pairs."""
+    pairs = sorted(copies, key=lambda p: p[1])
+    start = 0
+    for end in range(1, len(pairs) + 1):
+        if end == len(pairs) or pairs[end][1] != pairs[end - 1][1] + 1 or end - start == SWAP_CHUNK_BLOCKS:
+            yield [d for d, _ in pairs[start:end]], pairs[start][1], end - start
+            start = end
+
+
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     elem = torch.tensor([], dtype=dtype).element_size()
     return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
@@ -72,6 +88,32 @@ class ModelRunner:
         for i, attn in enumerate(attns):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
         self.cuda_graphs: CudaGraphRunner | None = None
+        # Swap space: [blocks, 2, layers, block_size, kv_heads, head_dim bytes], pinned on CUDA so
+        # the copies are asynchronous. Swap copies move raw bytes, whatever the cache's dtype.
+        self.cpu_kv_cache = self._block_bytes()[:, :, :0].movedim(2, 0).cpu()
+
+    def _block_bytes(self) -> torch.Tensor:
+        """The device cache's bytes: [2, layers, num_blocks, block_size, kv_heads, head_dim * elem]."""
+        return self.kv_cache.view(torch.uint8)
+
+    def allocate_swap_space(self, num_blocks: int) -> None:
+        shape = (num_blocks, *self.cpu_kv_cache.shape[1:])
+        self.cpu_kv_cache = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+
+    def swap_out(self, copies: list[tuple[int, int]]) -> None:
+        """Copy device blocks to swap-space blocks: (device block, CPU block) pairs. Queued on the
+        device's stream, so later writes to those device blocks wait for the copies."""
+        device_cache = self._block_bytes()
+        for device_ids, cpu_start, n in _swap_runs(copies):
+            blocks = device_cache[:, :, to_device(device_ids, torch.int64, self.device)]
+            self.cpu_kv_cache[cpu_start:cpu_start + n].copy_(blocks.movedim(2, 0), non_blocking=True)
+
+    def swap_in(self, copies: list[tuple[int, int]]) -> None:
+        """Copy swap-space blocks to device blocks: (CPU block, device block) pairs."""
+        device_cache = self._block_bytes()
+        for device_ids, cpu_start, n in _swap_runs([(d, c) for c, d in copies]):
+            staged = self.cpu_kv_cache[cpu_start:cpu_start + n].to(self.device, non_blocking=True)
+            device_cache.index_copy_(2, to_device(device_ids, torch.int64, self.device), staged.movedim(0, 2))
 
     def capture_cuda_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
         """Decode steps of up to max_num_seqs sequences replay CUDA graphs from now on (CUDA with

@@ -13,11 +13,14 @@ from gdserve.sampling_params import SamplingParams
 # Stands in token_ids for a token sampled on the device and not yet read back (async scheduling):
 # the next step takes its input from the device, and the engine writes the value in when it lands.
 PLACEHOLDER = -1
+# Stands in block_table for a block swapped out to the CPU (Sequence.swapped_blocks has its CPU block).
+SWAPPED = -1
 
 
 class SequenceStatus(enum.Enum):
     WAITING = enum.auto()
     RUNNING = enum.auto()
+    SWAPPED = enum.auto()
     FINISHED = enum.auto()
 
 
@@ -39,6 +42,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[tuple[int, tuple]] = field(default_factory=list)  # of full blocks, in order
+    swapped_blocks: dict[int, int] = field(default_factory=dict)  # block_table index -> CPU block
     num_computed_tokens: int = 0
     num_registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     num_cached_tokens: int = 0    # prompt tokens served by the prefix cache at admission

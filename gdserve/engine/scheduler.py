@@ -1,8 +1,14 @@
 """Continuous batching: every step shares one token budget between running sequences (decodes
-and unfinished prefill chunks) and newly admitted ones, FCFS; preempts the newest when the KV
-cache runs out of blocks."""
+and unfinished prefill chunks), swapped-out ones coming back, and newly admitted ones, FCFS;
+preempts the newest when the KV cache runs out of blocks.
+
+A preempted sequence is swapped out (preemption_mode "swap": its blocks copied to CPU memory,
+its computed tokens kept) where the swap space has room, else recomputed (its blocks dropped, its
+tokens prefilled again when it is readmitted). Swapped-out sequences come back before any new
+one is admitted.
+"""
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.request import Sequence, SequenceStatus
@@ -12,29 +18,43 @@ from gdserve.engine.request import Sequence, SequenceStatus
 class ScheduledBatch:
     seqs: list[Sequence]
     num_new_tokens: list[int]
-    num_preempted: int = 0
+    preempted: list[Sequence] = field(default_factory=list)
+    # KV block copies to make before the forward: out to the swap space first, then back in
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, CPU)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)   # (CPU, device)
 
     @property
     def is_empty(self) -> bool:
         return not self.seqs
 
+    @property
+    def num_preempted(self) -> int:
+        return len(self.preempted)
+
+    @property
+    def swapped_out(self) -> list[Sequence]:
+        return [seq for seq in self.preempted if seq.status == SequenceStatus.SWAPPED]
+
 
 class Scheduler:
     def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_loras: int = 0):
+                 max_loras: int = 0, preemption_mode: str = "recompute"):
         self.kv_cache = kv_cache
+        self.preemption_mode = preemption_mode
         self.max_loras = max_loras  # distinct adapters the running batch may use
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.swapped: deque[Sequence] = deque()
         self.num_preemptions = 0
+        self.num_swap_outs = 0  # preemptions that swapped (the others recomputed)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.swapped)
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch([], [])
@@ -53,17 +73,46 @@ class Scheduler:
             batch.num_new_tokens.append(num_new)
             budget -= num_new
         if batch.num_preempted == 0:
-            self._admit_waiting(batch, budget)
+            budget = self._swap_in(batch, budget)
+            if not self.swapped:
+                self._admit_waiting(batch, budget)
         return batch
 
     def _allocate_or_preempt(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
         while not self.kv_cache.allocate_slots(seq, num_new):
             victim = self.running[-1]
-            self._preempt(victim)
-            batch.num_preempted += 1
+            self._preempt(victim, batch)
             if victim is seq:
                 return False
         return True
+
+    def _swap_in(self, batch: ScheduledBatch, budget: int) -> int:
+        """Bring swapped-out sequences back, in arrival order, while blocks, seats and adapters
+        allow; returns the budget left."""
+        loras = {s.lora_int_id for s in self.running if s.lora_int_id}
+        while self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.swapped[0]
+            if seq.lora_int_id and seq.lora_int_id not in loras and len(loras) >= self.max_loras:
+                break
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            copies = self.kv_cache.swap_in(seq, num_new)
+            if copies is None:
+                if self.running:
+                    break
+                # Nothing runs to free blocks: swapped sequences hold the device blocks they share,
+                # so the newest gives them up (recomputed later) until the oldest fits.
+                self._recompute(self.swapped.pop())
+                continue
+            self.swapped.popleft()
+            batch.blocks_to_swap_in += copies
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(num_new)
+            budget -= num_new
+            if seq.lora_int_id:
+                loras.add(seq.lora_int_id)
+        return budget
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         """FCFS, except that a sequence whose adapter would exceed max_loras waits (keeping its
@@ -95,15 +144,26 @@ class Scheduler:
                 loras.add(seq.lora_int_id)
         self.waiting.extendleft(reversed(held_back))
 
-    def _preempt(self, seq: Sequence) -> None:
-        """Recompute later: drop the KV blocks, keep the tokens, go back to the head of the queue."""
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.running.remove(seq)
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        batch.preempted.append(seq)
+        copies = self.kv_cache.swap_out(seq) if self.preemption_mode == "swap" else None
+        if copies is not None:
+            batch.blocks_to_swap_out += copies
+            seq.status = SequenceStatus.SWAPPED
+            self.swapped.appendleft(seq)  # victims go newest first: the queue keeps arrival order
+            self.num_swap_outs += 1
+            return
+        self._recompute(seq)
+
+    def _recompute(self, seq: Sequence) -> None:
+        """Drop the KV blocks, keep the tokens, go back to the head of the queue."""
         self.kv_cache.free(seq)
         seq.num_computed_tokens = 0
-        seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
-        self.num_preemptions += 1
 
     def finish(self, seq: Sequence) -> None:
         """Remove a finished or aborted sequence from wherever it is and free its blocks."""
@@ -111,5 +171,7 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        elif seq in self.swapped:
+            self.swapped.remove(seq)
         self.kv_cache.free(seq)
         seq.status = SequenceStatus.FINISHED

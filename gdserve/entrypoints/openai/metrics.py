@@ -26,6 +26,8 @@ class Metrics:
             "prefix_cache_hit_rate": ("Prompt tokens found in the prefix cache / looked up",
                                       lambda: stats().prefix_cache_hit_rate),
             "num_preemptions": ("Sequences preempted so far", lambda: stats().num_preemptions),
+            "num_requests_swapped": ("Sequences swapped out to CPU memory", lambda: stats().num_swapped),
+            "cpu_cache_usage_perc": ("Share of swap space blocks in use (0-1)", lambda: stats().cpu_cache_usage),
         }
         for name, (doc, fn) in gauges.items():
             Gauge(f"gdserve_{name}", doc, list(labels), registry=r).labels(**labels).set_function(fn)
