@@ -34,6 +34,7 @@ class EngineConfig:
     block_size: int = 16
     kv_cache_memory: int = 1 << 30        # bytes for the KV cache on CPU
     gpu_memory_utilization: float = 0.9   # share of device memory for weights + activations + KV on CUDA
+    num_gpu_blocks_override: int | None = None  # KV blocks, instead of what the memory settings give
     enable_prefix_caching: bool = True
     # Preemption (vLLM's names): "recompute" drops a preempted sequence's KV blocks and prefills
     # its tokens again when it is readmitted; "swap" copies them to swap_space GiB of CPU memory
@@ -70,6 +71,8 @@ class EngineConfig:
         _check(self.block_size >= 1, "block_size", "must be >= 1")
         _check(self.kv_cache_memory > 0, "kv_cache_memory", "must be > 0 bytes")
         _check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+        _check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1,
+               "num_gpu_blocks_override", "must be >= 1")
         _check(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", "must be >= 1")
         _check(self.dtype in _DTYPES or self.dtype == "auto", "dtype",
                f"must be 'auto' or one of {sorted(_DTYPES)}")

@@ -21,6 +21,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--num-gpu-blocks-override", type=int,
+                        help="KV cache blocks, instead of what the memory flags give (tests, preemption benches)")
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--preemption-mode", choices=["recompute", "swap"],
                         help="what preemption does with a sequence's KV blocks: drop them and prefill again "
@@ -53,6 +55,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
                 gpu_memory_utilization=args.gpu_memory_utilization,
+                num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
                 preemption_mode=args.preemption_mode, swap_space=args.swap_space,
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s,

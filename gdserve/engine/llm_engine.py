@@ -516,6 +516,8 @@ class LLMEngine:
         return self.config.max_model_len
 
     def _num_kv_blocks(self) -> int:
+        if self.config.num_gpu_blocks_override is not None:
+            return self.config.num_gpu_blocks_override
         per_block = kv_cache_bytes_per_block(self.model_config, self.config.block_size, self.kv_cache_dtype)
         if self.device.type == "cuda":
             budget = self._profile_cuda_budget()
