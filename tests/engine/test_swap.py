@@ -8,6 +8,7 @@ import torch
 from transformers import AutoConfig
 
 from gdserve import LLM, SamplingParams
+from gdserve.engine import model_runner
 from gdserve.engine.model_runner import kv_cache_bytes_per_block
 from gdserve.models.config import ModelConfig
 from tests.engine.test_guided import json_params
@@ -126,3 +127,20 @@ def test_bad_preemption_settings_are_refused_naming_the_field(tiny_llama_dir, kw
 def test_a_swap_space_larger_than_the_machine_is_refused(tiny_llama_dir):
     with pytest.raises(ValueError, match="swap_space 100000 GiB is more than 70% of this machine"):
         LLM(str(tiny_llama_dir), dtype="float32", preemption_mode="swap", swap_space=100000)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_blocks_swapped_out_and_in_keep_their_bytes(tiny_llama_dir, kv_cache_dtype, monkeypatch):
+    """Scattered device blocks to CPU blocks that form several runs (one longer than a copy's
+    chunk), back to other device blocks: every byte comes back."""
+    monkeypatch.setattr(model_runner, "SWAP_CHUNK_BLOCKS", 3)
+    llm = tight_llm(tiny_llama_dir, "swap", num_blocks=40, swap_blocks=20, kv_cache_dtype=kv_cache_dtype)
+    runner = llm.engine.runner
+    cache = runner.kv_cache.view(torch.uint8)
+    cache.copy_(torch.randint(0, 256, cache.shape, dtype=torch.uint8))
+    sources, cpu_blocks = [3, 17, 5, 30, 8, 9, 22], [0, 1, 2, 3, 4, 10, 11]
+    before = cache[:, :, sources].clone()
+    runner.swap_out(list(zip(sources, cpu_blocks)))
+    targets = [31, 32, 33, 34, 35, 36, 37]
+    runner.swap_in(list(zip(cpu_blocks, targets)))
+    assert torch.equal(cache[:, :, targets], before)
