@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     from gdserve.bench.maskbench import add_maskbench_parser; add_maskbench_parser(bench)  # noqa: E702
     from gdserve.bench.serve import add_serve_bench_parser; add_serve_bench_parser(bench)  # noqa: E702
     from gdserve.bench.lark_grammars import add_lark_bench_parser; add_lark_bench_parser(bench)  # noqa: E702
+    from gdserve.bench.latency import add_latency_parser; add_latency_parser(bench)  # noqa: E702
 
     args = parser.parse_args(argv)
     try:

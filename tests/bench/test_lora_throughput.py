@@ -10,19 +10,11 @@ from gdserve import LLM, SamplingParams
 from gdserve.bench.random_adapters import PROJECTIONS, write_random_adapter, write_random_adapters
 from gdserve.entrypoints.cli import main
 from gdserve.lora import LoRARequest
+from tests.bench.conftest import ENGINE_FLAGS
 from tests.helpers import TINY_LLAMA
 
-ENGINE_FLAGS = ["--dtype", "float32", "--max-num-batched-tokens", "64", "--kv-cache-memory", str(1 << 22),
-                "--block-size", "4"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 PROMPTS = [{"prompt_token_ids": [(5 * i + j) % 250 + 3 for j in range(6 + i)]} for i in range(4)]
-# The standard workloads' interface at the tiny model's scale (its vocabulary has 259 tokens).
-TINY_WORKLOAD = '''
-def cpu_workload(n=64, vocab=259, seed=0):
-    return [{"id": i, "prompt_ids": [(7 * i + j) % 250 + 3 for j in range(4 + i)], "max_tokens": 3 + i}
-            for i in range(n)]
-random_workload = guided_workload = cpu_workload
-'''
 
 
 def tokens(outputs) -> list[list[int]]:
@@ -69,13 +61,6 @@ def test_peft_reads_the_adapter_as_written(tiny_llama_dir, tmp_path):
     written = load_file(path / "adapter_model.safetensors")
     assert loaded.keys() == written.keys()
     assert all(torch.equal(loaded[k], written[k]) for k in written)
-
-
-@pytest.fixture
-def tiny_workload(tmp_path, monkeypatch):
-    (tmp_path / "shared" / "bench").mkdir(parents=True)
-    (tmp_path / "shared" / "bench" / "workload.py").write_text(TINY_WORKLOAD)
-    monkeypatch.setenv("GDSERVE_SHARED", str(tmp_path / "shared"))
 
 
 def test_cli_writes_base_and_lora_figures_and_their_ratio(tiny_llama_dir, tiny_workload, tmp_path, capsys):
