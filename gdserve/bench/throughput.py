@@ -1,6 +1,7 @@
 """`gdserve bench throughput`: output tokens/s of the engine and of HF transformers `generate`
 (static batching) on the same standard workload, in one run, with their ratio (with --lora N:
-the engine serving N adapters against the base model instead)."""
+the engine serving N adapters against the base model instead; with --dataset-name, vLLM's
+`bench throughput` on the engine alone)."""
 import argparse
 import sys
 import time
@@ -9,6 +10,8 @@ from pathlib import Path
 import torch
 
 from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
+from gdserve.bench.dataset_throughput import bench_dataset
+from gdserve.bench.datasets.args import add_dataset_args, check_dataset_args, dataset_name
 from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
 from gdserve.bench.offline import timed_generate, warm_llm
 from gdserve.bench.preemption import add_preemption_args, bench_preemption, check_preemption_args
@@ -77,7 +80,16 @@ def run_hf(requests: list[dict], model_dir: Path, dtype: torch.dtype, device: to
     return {**rate(useful, seconds), "batch_size": batch_size}
 
 
-AGENTS_FLAGS = ("schema_dir", "max_tokens", "temperature", "seed")
+AGENTS_FLAGS = ("schema_dir", "max_tokens", "temperature")
+
+
+def check_agents_flags(args: argparse.Namespace, dataset: str | None) -> None:
+    """The agents workload's flags elsewhere; --seed also draws a dataset's requests."""
+    stray = [f"--{f.replace('_', '-')}" for f in AGENTS_FLAGS if getattr(args, f) is not None]
+    if stray and args.workload != "agents":
+        raise ValueError(f"{', '.join(stray)} apply to --workload agents only")
+    if args.seed is not None and dataset is None and args.workload != "agents":
+        raise ValueError("--seed applies to --workload agents and to the datasets (--dataset-name) only")
 
 
 def cmd_throughput(args: argparse.Namespace) -> None:
@@ -86,9 +98,13 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     engine_args = engine_kwargs(args)
     if args.tokenizer:
         engine_args["tokenizer"] = args.tokenizer
-    stray = [f"--{f.replace('_', '-')}" for f in AGENTS_FLAGS if getattr(args, f) is not None]
-    if stray and args.workload != "agents":
-        raise ValueError(f"{', '.join(stray)} apply to --workload agents only")
+    dataset = dataset_name(args)
+    check_agents_flags(args, dataset)
+    if dataset is not None:
+        check_dataset_args(args, dataset)
+        bench_dataset(args, dataset, engine_args)
+        return
+    args.workload = args.workload or "cpu"
     check_lora_args(args)
     check_preemption_args(args)
     if args.workload == "agents":
@@ -131,16 +147,19 @@ def cmd_throughput(args: argparse.Namespace) -> None:
 
 
 def add_throughput_parser(sub) -> None:
-    p = sub.add_parser("throughput", help="engine vs HF transformers generate on a standard workload")
+    p = sub.add_parser("throughput", help="engine vs HF transformers generate on a standard workload, or the "
+                                          "engine on a dataset (vLLM's bench throughput)")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided", "agents"], default="cpu",
-                   help="guided workloads compare the engine guided vs unguided on the same batch; agents: "
-                        "each request its own JSON Schema, cold and warm compile cache vs unguided")
+    p.add_argument("--workload", choices=["cpu", "random", "guided", "cpu-guided", "agents"],
+                   help="default cpu; guided workloads compare the engine guided vs unguided on the same batch; "
+                        "agents: each request its own JSON Schema, cold and warm compile cache vs unguided")
     p.add_argument("--num-requests", type=int, help="default: the workload's (agents: 256 on CUDA, 64 elsewhere)")
     p.add_argument("--tokenizer", help="the tokenizer's model or directory (default: the model's own)")
     p.add_argument("--hf-batch-size", type=int, default=16)
     p.add_argument("--skip-hf", action="store_true")
-    p.add_argument("--output", help="write the figures to this JSON file")
+    p.add_argument("--output", "--output-json", dest="output", help="write the figures to this JSON file")
+    p.add_argument("--seed", type=int, help="draws the dataset's requests or the agents' schemas (default 0)")
+    add_dataset_args(p)
     add_lora_args(p)
     add_preemption_args(p)
     agents = p.add_argument_group("agents workload")
@@ -149,6 +168,5 @@ def add_throughput_parser(sub) -> None:
                              "default: the repository's schemas/ and $GDSERVE_SHARED/conformance/maskbench-dev")
     agents.add_argument("--max-tokens", type=int, help=f"per request (default {DEFAULT_MAX_TOKENS})")
     agents.add_argument("--temperature", type=float, help=f"default {DEFAULT_TEMPERATURE}")
-    agents.add_argument("--seed", type=int, help="draws the schemas (default 0)")
     add_engine_args(p)
     p.set_defaults(func=cmd_throughput)

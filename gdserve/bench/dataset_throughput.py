@@ -1,0 +1,62 @@
+"""`gdserve bench throughput --dataset-name ...`: vLLM's `bench throughput` on the engine: the
+dataset's requests in one batch, each sampled (temperature 1.0, EOS ignored) to its max_tokens;
+requests/s, total tokens/s and output tokens/s under vLLM's JSON field names."""
+import argparse
+import sys
+from dataclasses import dataclass
+
+from gdserve.bench.datasets.args import dataset_record, sample_requests
+from gdserve.bench.datasets.sample import SampleRequest
+from gdserve.bench.offline import timed_generate, warm_llm
+from gdserve.bench.results import run_header, write_result
+from gdserve.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class DatasetThroughput:
+    elapsed_time: float
+    num_requests: int
+    total_prompt_tokens: int
+    total_output_tokens: int
+
+    def fields(self) -> dict:
+        """vLLM's fields (elapsed_time ... tokens_per_second), then the token counts and output tokens/s."""
+        total = self.total_prompt_tokens + self.total_output_tokens
+        return {"elapsed_time": self.elapsed_time, "num_requests": self.num_requests, "total_num_tokens": total,
+                "requests_per_second": self.num_requests / self.elapsed_time,
+                "tokens_per_second": total / self.elapsed_time,
+                "total_prompt_tokens": self.total_prompt_tokens, "total_output_tokens": self.total_output_tokens,
+                "output_tokens_per_second": self.total_output_tokens / self.elapsed_time}
+
+
+def run_requests(requests: list[SampleRequest], model: str, engine_args: dict) -> DatasetThroughput:
+    """The engine, warmed, then the requests timed in one generate call (a progress bar on a terminal)."""
+    from gdserve import SamplingParams
+    prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in requests]
+    params = [SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=r.expected_output_len)
+              for r in requests]
+    llm = warm_llm(model, engine_args, prompts)
+    run, outputs = timed_generate(llm, prompts, params)
+    llm.engine.close()
+    return DatasetThroughput(run["seconds"], len(outputs), sum(o.num_prompt_tokens for o in outputs),
+                             sum(o.num_generated_tokens for o in outputs))
+
+
+def print_throughput(r: dict) -> None:
+    print(f"Throughput: {r['requests_per_second']:.2f} requests/s, {r['tokens_per_second']:.2f} total tokens/s, "
+          f"{r['output_tokens_per_second']:.2f} output tokens/s")
+    print(f"Total num prompt tokens:  {r['total_prompt_tokens']}")
+    print(f"Total num output tokens:  {r['total_output_tokens']}")
+
+
+def bench_dataset(args: argparse.Namespace, name: str, engine_args: dict) -> None:
+    """Sample the dataset with the engine's tokenizer, run it, print and write the figures."""
+    from gdserve.models.loader import load_tokenizer, resolve_model
+    tokenizer = load_tokenizer(resolve_model(engine_args.get("tokenizer") or args.model))
+    requests = sample_requests(args, name, tokenizer)
+    result = run_header(args, EngineConfig(model=args.model, **engine_args), len(requests))
+    result["dataset"] = dataset_record(args, name)
+    print(f"engine: {len(requests)} requests of the {name} dataset ...", file=sys.stderr, flush=True)
+    result.update(run_requests(requests, args.model, engine_args).fields())
+    print_throughput(result)
+    write_result(result, args.output)
