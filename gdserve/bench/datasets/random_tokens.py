@@ -27,8 +27,10 @@ def check_random_lengths(input_len: int, output_len: int, range_ratio: float, pr
 
 
 def allowed_token_ids(tokenizer) -> np.ndarray:
-    """The tokenizer's base vocabulary less its special tokens."""
+    """The tokenizer's base vocabulary less its special tokens (those of a role, like EOS, and any
+    other token added as special)."""
     special = set(tokenizer.all_special_ids)
+    special |= {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
     return np.array([i for i in range(tokenizer.vocab_size) if i not in special])
 
 
