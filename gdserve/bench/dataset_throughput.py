@@ -3,9 +3,9 @@ dataset's requests in one batch, each sampled (temperature 1.0, EOS ignored) to 
 requests/s, total tokens/s and output tokens/s under vLLM's JSON field names."""
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from gdserve.bench.datasets.args import dataset_record, sample_requests
+from gdserve.bench.datasets.args import DatasetSpec, sample_requests
 from gdserve.bench.datasets.sample import SampleRequest
 from gdserve.bench.offline import timed_generate, warm_llm
 from gdserve.bench.results import run_header, write_result
@@ -49,14 +49,14 @@ def print_throughput(r: dict) -> None:
     print(f"Total num output tokens:  {r['total_output_tokens']}")
 
 
-def bench_dataset(args: argparse.Namespace, name: str, engine_args: dict) -> None:
+def bench_dataset(args: argparse.Namespace, spec: DatasetSpec, engine_args: dict) -> None:
     """Sample the dataset with the engine's tokenizer, run it, print and write the figures."""
     from gdserve.models.loader import load_tokenizer, resolve_model
     tokenizer = load_tokenizer(resolve_model(engine_args.get("tokenizer") or args.model))
-    requests = sample_requests(args, name, tokenizer)
+    requests = sample_requests(spec, tokenizer)
     result = run_header(args, EngineConfig(model=args.model, **engine_args), len(requests))
-    result["dataset"] = dataset_record(args, name)
-    print(f"engine: {len(requests)} requests of the {name} dataset ...", file=sys.stderr, flush=True)
+    result["dataset"] = asdict(spec)
+    print(f"engine: {len(requests)} requests of the {spec.dataset_name} dataset ...", file=sys.stderr, flush=True)
     result.update(run_requests(requests, args.model, engine_args).fields())
     print_throughput(result)
     write_result(result, args.output)

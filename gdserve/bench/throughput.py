@@ -11,7 +11,7 @@ import torch
 
 from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
 from gdserve.bench.dataset_throughput import bench_dataset
-from gdserve.bench.datasets.args import add_dataset_args, check_dataset_args, dataset_name
+from gdserve.bench.datasets.args import add_dataset_args, dataset_name, dataset_spec
 from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
 from gdserve.bench.offline import timed_generate, warm_llm
 from gdserve.bench.preemption import add_preemption_args, bench_preemption, check_preemption_args
@@ -101,8 +101,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     dataset = dataset_name(args)
     check_agents_flags(args, dataset)
     if dataset is not None:
-        check_dataset_args(args, dataset)
-        bench_dataset(args, dataset, engine_args)
+        bench_dataset(args, dataset_spec(args, dataset), engine_args)
         return
     args.workload = args.workload or "cpu"
     check_lora_args(args)

@@ -31,6 +31,20 @@ def test_random_dataset_run_writes_vllm_fields(tiny_llama_dir, tmp_path, capsys)
     assert "Processed prompts" not in captured.err  # no progress bar off a terminal
 
 
+def test_sharegpt_run_counts_the_conversations_tokens(tiny_llama_dir, tmp_path, capsys):
+    """The tiny model's tokenizer has a token per byte and adds none: each count is a length in bytes."""
+    turns = [("Tell me a story.", "Once upon a time."), ("What is two plus two?", "Four, I think."), ("hi", "hello")]
+    data = [{"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]} for q, a in turns]
+    (tmp_path / "sharegpt.json").write_text(json.dumps(data))
+    output = tmp_path / "throughput.json"
+    main(["bench", "throughput", str(tiny_llama_dir), "--dataset-path", str(tmp_path / "sharegpt.json"),
+          "--num-prompts", "2", "--output-json", str(output), *ENGINE_FLAGS])
+    r = json.loads(output.read_text())
+    assert r["dataset"]["dataset_name"] == "sharegpt" and r["num_requests"] == 2
+    assert r["total_prompt_tokens"] == sum(len(q) for q, _ in turns[:2])  # "hi" is under 4 tokens: filtered
+    assert r["total_output_tokens"] == sum(len(a) for _, a in turns[:2])
+
+
 @pytest.fixture
 def files(tmp_path):
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "hello", "max_tokens": 3}\n{"max_tokens": 3}\n')
@@ -41,7 +55,7 @@ def files(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--dataset-name", "sharegpt"], "--dataset-name sharegpt needs --dataset-path"),
     (["--dataset-name", "json", "--dataset-path", "{dir}/absent.jsonl"], "absent.jsonl: no such file"),
-    (["--dataset-name", "sharegpt", "--dataset-path", "{dir}/broken.json"], "broken.json: not valid JSON"),
+    (["--dataset-path", "{dir}/broken.json"], "broken.json: not valid JSON"),
     (["--dataset-path", "{dir}/prompts.jsonl"], 'prompts.jsonl: line 2: expected {"prompt": str'),
     (["--dataset-name", "random"], "--dataset-name random needs --input-len"),
     (["--dataset-name", "random", "--input-len", "8", "--dataset-path", "{dir}/prompts.jsonl"],

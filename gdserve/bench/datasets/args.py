@@ -1,6 +1,7 @@
 """The dataset flags of `gdserve bench throughput` (vLLM's `bench throughput` names), their
 checks, and the requests they sample."""
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from gdserve.bench.datasets.prompt_file import load_prompts, prompt_requests
@@ -14,6 +15,19 @@ DEFAULT_RANDOM_OUTPUT_LEN = 128
 # Flags that pick a dataset even without --dataset-name, and those of the random dataset alone.
 DATASET_FLAGS = ("dataset_path", "input_len", "output_len", "num_prompts", "range_ratio", "prefix_len")
 RANDOM_ONLY_FLAGS = ("input_len", "range_ratio", "prefix_len")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """The dataset flags as a run uses them, defaults applied; None where a flag does not apply."""
+    dataset_name: str
+    dataset_path: str | None
+    num_prompts: int | None  # None: every prompt of a json file, in order
+    input_len: int | None
+    output_len: int | None  # None: each request's own (sharegpt, json)
+    range_ratio: float | None
+    prefix_len: int | None
+    seed: int
 
 
 def flag(dest: str) -> str:
@@ -62,7 +76,6 @@ def check_random_args(args: argparse.Namespace) -> None:
         raise ValueError("--dataset-path does not apply to --dataset-name random")
     if args.input_len is None:
         raise ValueError("--dataset-name random needs --input-len")
-    check_random_lengths(args.input_len, random_output_len(args), random_range_ratio(args), args.prefix_len or 0)
 
 
 def check_file_args(args: argparse.Namespace, name: str) -> None:
@@ -75,42 +88,30 @@ def check_file_args(args: argparse.Namespace, name: str) -> None:
         raise ValueError(f"--dataset-name {name} takes no {', '.join(stray)} (the random dataset's)")
 
 
-def random_output_len(args: argparse.Namespace) -> int:
-    return DEFAULT_RANDOM_OUTPUT_LEN if args.output_len is None else args.output_len
+def dataset_spec(args: argparse.Namespace, name: str) -> DatasetSpec:
+    """The flags, checked, with vLLM's defaults."""
+    check_dataset_args(args, name)
+    seed = 0 if args.seed is None else args.seed
+    num_prompts = DEFAULT_NUM_PROMPTS if args.num_prompts is None and name != "json" else args.num_prompts
+    if name != "random":
+        return DatasetSpec(name, args.dataset_path, num_prompts, None, args.output_len, None, None, seed)
+    spec = DatasetSpec(name, None, num_prompts, args.input_len,
+                       DEFAULT_RANDOM_OUTPUT_LEN if args.output_len is None else args.output_len,
+                       args.range_ratio or 0.0, args.prefix_len or 0, seed)
+    check_random_lengths(spec.input_len, spec.output_len, spec.range_ratio, spec.prefix_len)
+    return spec
 
 
-def random_range_ratio(args: argparse.Namespace) -> float:
-    return 0.0 if args.range_ratio is None else args.range_ratio
-
-
-def seed(args: argparse.Namespace) -> int:
-    return 0 if args.seed is None else args.seed
-
-
-def sample_requests(args: argparse.Namespace, name: str, tokenizer) -> list[SampleRequest]:
-    """The checked flags' requests, with the tokenizer the engine will use."""
-    if name == "random":
-        return random_requests(args.num_prompts or DEFAULT_NUM_PROMPTS, args.input_len, random_output_len(args),
-                               allowed_token_ids(tokenizer), random_range_ratio(args), args.prefix_len or 0,
-                               seed(args))
-    if name == "sharegpt":
-        return sharegpt_requests(load_sharegpt(args.dataset_path), encoder(tokenizer),
-                                 args.num_prompts or DEFAULT_NUM_PROMPTS, args.output_len, seed(args))
-    entries = load_prompts(args.dataset_path, need_max_tokens=args.output_len is None)
-    return prompt_requests(entries, encoder(tokenizer), args.num_prompts, args.output_len, seed(args))
-
-
-def dataset_record(args: argparse.Namespace, name: str) -> dict:
-    """What the result file records of the dataset (the flags as used, defaults applied)."""
-    record = {"dataset_name": name, "dataset_path": args.dataset_path, "num_prompts": args.num_prompts,
-              "output_len": args.output_len, "seed": seed(args)}
-    if name == "random":
-        record.update(num_prompts=args.num_prompts or DEFAULT_NUM_PROMPTS, input_len=args.input_len,
-                      output_len=random_output_len(args), range_ratio=random_range_ratio(args),
-                      prefix_len=args.prefix_len or 0)
-    elif name == "sharegpt":
-        record.update(num_prompts=args.num_prompts or DEFAULT_NUM_PROMPTS)
-    return record
+def sample_requests(spec: DatasetSpec, tokenizer) -> list[SampleRequest]:
+    """The dataset's requests, with the tokenizer the engine will use."""
+    if spec.dataset_name == "random":
+        return random_requests(spec.num_prompts, spec.input_len, spec.output_len, allowed_token_ids(tokenizer),
+                               spec.range_ratio, spec.prefix_len, spec.seed)
+    if spec.dataset_name == "sharegpt":
+        return sharegpt_requests(load_sharegpt(spec.dataset_path), encoder(tokenizer), spec.num_prompts,
+                                 spec.output_len, spec.seed)
+    entries = load_prompts(spec.dataset_path, need_max_tokens=spec.output_len is None)
+    return prompt_requests(entries, encoder(tokenizer), spec.num_prompts, spec.output_len, spec.seed)
 
 
 def add_dataset_args(parser: argparse.ArgumentParser) -> None:
