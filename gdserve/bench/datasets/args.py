@@ -59,7 +59,7 @@ def check_dataset_args(args: argparse.Namespace, name: str) -> None:
     for dest, why in (("num_requests", "a dataset takes --num-prompts"),
                       ("lora", "it runs on --workload cpu or random"),
                       ("compare_preemption", "it runs on --workload cpu or random")):
-        if getattr(args, dest):
+        if getattr(args, dest) not in (None, False):
             raise ValueError(f"{flag(dest)} does not apply to a dataset: {why}")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise ValueError(f"--num-prompts must be >= 1, got {args.num_prompts}")

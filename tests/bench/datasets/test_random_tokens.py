@@ -44,7 +44,8 @@ def test_the_prefix_is_shared_and_the_rest_is_not():
 
 def test_the_same_seed_gives_the_same_requests():
     def draw(seed):
-        return random_requests(8, input_len=12, output_len=6, token_ids=TOKENS, range_ratio=0.5, prefix_len=2, seed=seed)
+        return random_requests(8, input_len=12, output_len=6, token_ids=TOKENS, range_ratio=0.5, prefix_len=2,
+                               seed=seed)
     assert draw(7) == draw(7)
     assert draw(7) != draw(8)
 
