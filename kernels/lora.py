@@ -73,7 +73,7 @@ class LoRAGroups:
 
     @classmethod
     def of(cls, token_slots: torch.Tensor, num_slots: int) -> "LoRAGroups":
-        """Device ops only, none waiting for the host: a CUDA graph may capture them."""
+        """Device ops only, none waiting for the host."""
         key = torch.where(token_slots < 0, num_slots, token_slots)  # no adapter: after the last slot
         sorted_indices = torch.argsort(key, stable=True).to(torch.int32)
         slots = torch.arange(num_slots, dtype=key.dtype, device=key.device)
@@ -139,6 +139,8 @@ class LoRAMapping:
             raise ValueError(f"LoRAMapping.copy_: {n} tokens do not fit in a mapping of {self.num_tokens}")
         if other.num_slots > self.num_slots:
             raise ValueError(f"LoRAMapping.copy_: a mapping over {other.num_slots} slots into one over {self.num_slots}")
+        if self._groups is not None and self._groups.sorted_indices.shape[0] != self.num_tokens:
+            raise ValueError("LoRAMapping.copy_: into a narrowed mapping (its groups are its parent's); copy into the parent")
         self.token_slots[:n].copy_(other.token_slots)
         self.token_slots[n:].fill_(-1)
         self._masks.clear()

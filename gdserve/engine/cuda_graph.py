@@ -5,8 +5,8 @@ A graph fixes every host-side value the forward reads. Attention's are the decod
 its longest context (which picks the split-K layout): graphs are captured with every context at
 max_model_len, and the kernels bound each sequence by its real length from `seq_lens` on the device.
 Rows past the real batch are padding: KV slot -1 (nothing written), context length 1, output unused.
-With LoRA, the graphs read a static token -> adapter slot mapping too, which each step overwrites
-(its tokens grouped by slot on the device with it: narrowed to a bucket, it stays right).
+With LoRA, the graphs read a static token -> adapter slot mapping too, and its tokens grouped by
+slot on the device: each step overwrites both in place (LoRAMapping.copy_).
 """
 import torch
 

@@ -181,6 +181,8 @@ def test_mapping_errors_name_the_problem():
         LoRAMapping.build([0, 4], NUM_SLOTS, CPU)
     with pytest.raises(ValueError, match="over 8 slots into one over 4"):
         LoRAMapping.static(2, NUM_SLOTS, CPU).copy_(LoRAMapping.build([0, 7], 8, CPU))
+    with pytest.raises(ValueError, match="narrowed mapping"):
+        LoRAMapping.static(4, NUM_SLOTS, CPU).narrow(3).copy_(LoRAMapping.build([0, 1], NUM_SLOTS, CPU))
     with pytest.raises(ValueError, match="do not fit"):
         LoRAMapping.static(2, NUM_SLOTS, CPU).copy_(LoRAMapping.build([0, 1, 2], NUM_SLOTS, CPU))
     with pytest.raises(ValueError, match="narrow"):
