@@ -5,6 +5,7 @@ m * BLOCK_M.. of its slot's group and multiplies them by its slot's weights with
 tiles, returning at once where the group is shorter. The grid and the tiles are functions of the
 shapes only, so a CUDA graph captured for T tokens replays right for any mapping."""
 import itertools
+from functools import cache
 
 import torch
 import triton
@@ -14,16 +15,14 @@ from gdserve.kernels.lora import LoRAGroups
 
 
 @triton.jit
-def _group_rows(sorted_ptr, counts_ptr, starts_ptr, T, BLOCK_M: tl.constexpr):
-    """This program's slot, its group's length, and the token rows it takes (int64) with their
-    mask: rows m * BLOCK_M.. of the group, those below T (a narrowed mapping shares its parent's
-    groups, which may hold later tokens)."""
-    slot = tl.program_id(0)
-    count = tl.load(counts_ptr + slot)
+def _group_rows(sorted_ptr, starts_ptr, slot, count, T, BLOCK_M: tl.constexpr):
+    """The token rows (int64) this program takes, with their mask: rows m * BLOCK_M.. of its
+    slot's group, those below T (a narrowed mapping shares its parent's groups, which may hold
+    later tokens)."""
     pos = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     in_group = pos < count
     rows = tl.load(sorted_ptr + tl.load(starts_ptr + slot) + pos, mask=in_group, other=0)
-    return slot, count, rows.to(tl.int64), in_group & (rows < T)
+    return rows.to(tl.int64), in_group & (rows < T)
 
 
 @triton.jit
@@ -31,8 +30,10 @@ def _shrink_kernel(x_ptr, a_ptr, h_ptr, sorted_ptr, counts_ptr, starts_ptr, T, K
                    stride_xt, stride_as, stride_ht,
                    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                    DOT_PRECISION: tl.constexpr):
-    slot, count, rows, row_ok = _group_rows(sorted_ptr, counts_ptr, starts_ptr, T, BLOCK_M)
+    slot = tl.program_id(0)
+    count = tl.load(counts_ptr + slot)
     if tl.program_id(1) * BLOCK_M < count:
+        rows, row_ok = _group_rows(sorted_ptr, starts_ptr, slot, count, T, BLOCK_M)
         pid_c, pid_k = tl.program_id(2) // SPLIT_K, tl.program_id(2) % SPLIT_K
         rc = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
         rk = tl.arange(0, BLOCK_K)
@@ -58,8 +59,10 @@ def _expand_kernel(h_ptr, b_ptr, y_ptr, sorted_ptr, counts_ptr, starts_ptr, T, R
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
                    DOT_PRECISION: tl.constexpr):
     """Shard i owns y's columns SHARD_BOUNDS[i]..SHARD_BOUNDS[i + 1] and h's i-th block of R."""
-    slot, count, rows, row_ok = _group_rows(sorted_ptr, counts_ptr, starts_ptr, T, BLOCK_M)
+    slot = tl.program_id(0)
+    count = tl.load(counts_ptr + slot)
     if tl.program_id(1) * BLOCK_M < count:
+        rows, row_ok = _group_rows(sorted_ptr, starts_ptr, slot, count, T, BLOCK_M)
         n0 = tl.program_id(2) * BLOCK_N
         rn = n0 + tl.arange(0, BLOCK_N)
         rr = tl.arange(0, BLOCK_R)
@@ -83,6 +86,7 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
 
 
+@cache
 def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
@@ -103,8 +107,7 @@ def split_k_for(num_tokens: int, k: int, c: int, device: torch.device, block_m: 
 def shrink(x: torch.Tensor, lora_a: torch.Tensor, groups: LoRAGroups, block_m: int | None = None, block_c: int = 64,
            block_k: int = 128, split_k: int | None = None) -> torch.Tensor:
     """h [T, shards * R] float32 = x[t] @ lora_a[slot_t].view(-1, K).T for each grouped token t
-    (rows of the others undefined). A split over K adds
-    float32 atomically into a zeroed h."""
+    (rows of the others undefined). A split over K adds float32 atomically into a zeroed h."""
     (t, k), c = x.shape, lora_a.shape[1] * lora_a.shape[2]
     block_m = block_m or block_m_for(t)
     block_c = min(block_c, max(16, triton.next_power_of_2(c)))
