@@ -1,7 +1,7 @@
 """Batched multi-LoRA deltas: each token of a step adds its adapter's (x @ A^T) @ B^T to a linear
 layer's output, the adapter being the one in its sequence's GPU slot (-1: none). On the CPU: a
 native kernel for few tokens (csrc/lora.c), dense torch matmuls on views for more; CUDA tensors go
-to the Triton SGMV / BGMV kernels."""
+to the Triton kernels, which take the tokens grouped by slot on the device (`LoRAGroups`)."""
 import ctypes
 import itertools
 from dataclasses import dataclass, field
@@ -12,9 +12,6 @@ import torch
 from gdserve.kernels import native
 from gdserve.kernels.triton import use_triton
 
-# Steps of at most this many tokens take the token-indexed kernels (BGMV) on CUDA, larger ones the
-# segment kernels (SGMV); a graph's mapping always takes BGMV.
-BGMV_MAX_TOKENS = 64
 # On the CPU (scripts/lora_cpu.py): the native kernel (token by token, one call) for steps of up to
 # NATIVE_ALWAYS tokens, and for steps whose adapters are interleaved up to NATIVE_MAX_TOKENS of
 # their dtype; else the torch path's dense matmuls, per run of tokens where there is one run per
@@ -26,8 +23,7 @@ CPU_MIN_RUN = 4
 
 @dataclass(frozen=True)
 class LoRARuns:
-    """The runs of consecutive tokens sharing a slot >= 0, built on the host: the SGMV kernels'
-    segments and the CPU path's groups."""
+    """The runs of consecutive tokens sharing a slot >= 0, built on the host: the CPU path's groups."""
     starts: tuple[int, ...]
     lengths: tuple[int, ...]
     slots: tuple[int, ...]
@@ -63,31 +59,57 @@ class LoRARuns:
                         tuple(min(self.lengths[i], num_tokens - self.starts[i]) for i in kept),
                         tuple(self.slots[i] for i in kept))
 
-    def to_tensor(self, device: torch.device) -> torch.Tensor:
-        """int32 [3, runs]: starts, lengths, slots."""
-        return torch.tensor([self.starts, self.lengths, self.slots], dtype=torch.int32, device=device)
+
+@dataclass(frozen=True, eq=False)
+class LoRAGroups:
+    """A step's tokens grouped by slot, on the device, where the Triton kernels read them (so a
+    CUDA graph replays them for any mapping): `sorted_indices` int32 [T], the token indices with
+    slot 0's first, then slot 1's, ..., the tokens without an adapter last, each group in token
+    order; `slot_counts` int32 [num_slots], each slot's tokens; `slot_starts` int32 [num_slots],
+    where each slot's group starts in sorted_indices."""
+    sorted_indices: torch.Tensor
+    slot_counts: torch.Tensor
+    slot_starts: torch.Tensor
+
+    @classmethod
+    def of(cls, token_slots: torch.Tensor, num_slots: int) -> "LoRAGroups":
+        """Device ops only, none waiting for the host."""
+        key = torch.where(token_slots < 0, num_slots, token_slots)  # no adapter: after the last slot
+        sorted_indices = torch.argsort(key, stable=True).to(torch.int32)
+        slots = torch.arange(num_slots, dtype=key.dtype, device=key.device)
+        slot_counts = (key == slots[:, None]).sum(1, dtype=torch.int32)
+        return cls(sorted_indices, slot_counts, slot_counts.cumsum(0, dtype=torch.int32) - slot_counts)
+
+    def copy_(self, other: "LoRAGroups") -> None:
+        self.sorted_indices.copy_(other.sorted_indices)
+        self.slot_counts.copy_(other.slot_counts)
+        self.slot_starts.copy_(other.slot_starts)
 
 
 @dataclass
 class LoRAMapping:
-    """Which GPU slot's adapter each token of a step uses; -1 = none (base model)."""
+    """Which GPU slot's adapter each token of a step uses; -1 = none (base model). num_slots: the
+    slots the adapters' weights have (max_loras); every slot is below it."""
     token_slots: torch.Tensor  # int32 [T] on the model's device
-    # Host-built by `build`; None for a graph's mapping (`static`), whose kernels read token_slots only.
+    num_slots: int
+    # Host-built by `build`; None for a graph's mapping (`static`), whose kernels read device tensors only.
     runs: LoRARuns | None = None
-    segments: torch.Tensor | None = None  # runs.to_tensor() on the device, for the SGMV kernels
+    # Made at first use (the CPU path never needs them); shared with the mappings narrowed from this one.
+    _groups: LoRAGroups | None = field(default=None, repr=False, compare=False)
     _masks: dict = field(default_factory=dict, repr=False, compare=False)  # (slot, dtype) -> [T, 1]
 
     @classmethod
-    def build(cls, token_slots: list[int], device: torch.device) -> "LoRAMapping":
-        bad = next((s for s in token_slots if s < -1), None)
+    def build(cls, token_slots: list[int], num_slots: int, device: torch.device) -> "LoRAMapping":
+        bad = next((s for s in token_slots if not -1 <= s < num_slots), None)
         if bad is not None:
-            raise ValueError(f"LoRAMapping token slots are GPU slots >= 0 or -1 (no adapter), got {bad}")
-        runs = LoRARuns.of(token_slots)
-        return cls(torch.tensor(token_slots, dtype=torch.int32, device=device), runs, runs.to_tensor(device))
+            raise ValueError(f"LoRAMapping token slots are GPU slots 0..{num_slots - 1} or -1 (no adapter), got {bad}")
+        return cls(torch.tensor(token_slots, dtype=torch.int32, device=device), num_slots, LoRARuns.of(token_slots))
 
     @classmethod
-    def static(cls, max_tokens: int, device) -> "LoRAMapping":
-        return cls(torch.full((max_tokens,), -1, dtype=torch.int32, device=device))
+    def static(cls, max_tokens: int, num_slots: int, device) -> "LoRAMapping":
+        """For CUDA graphs: all -1 until `copy_`; its groups are made now, before any capture."""
+        token_slots = torch.full((max_tokens,), -1, dtype=torch.int32, device=device)
+        return cls(token_slots, num_slots, _groups=LoRAGroups.of(token_slots, num_slots))
 
     @property
     def num_tokens(self) -> int:
@@ -98,30 +120,43 @@ class LoRAMapping:
         """Whether this mapping's kernels read only device tensors (it came from `static`)."""
         return self.runs is None
 
+    @property
+    def groups(self) -> LoRAGroups:
+        """The tokens grouped by slot (the Triton kernels' input). A narrowed mapping's are its
+        parent's, whose groups may hold tokens past its own: the kernels skip those."""
+        if self._groups is None:
+            self._groups = LoRAGroups.of(self.token_slots, self.num_slots)
+        return self._groups
+
     def copy_(self, other: "LoRAMapping") -> None:
         """For CUDA graphs: overwrite this mapping's tensors in place with other's (other has
-        <= as many tokens; the rest of this one become -1). A graph captured over this mapping
-        must then compute other's deltas. Kernels launched for a graph must not depend on host
-        values that change between steps."""
+        <= as many tokens; the rest of this one become -1), its groups too, regrouped on the
+        device. A graph captured over this mapping, or over one narrowed from it, must then
+        compute other's deltas. Kernels launched for a graph must not depend on host values that
+        change between steps."""
         n = other.num_tokens
         if n > self.num_tokens:
             raise ValueError(f"LoRAMapping.copy_: {n} tokens do not fit in a mapping of {self.num_tokens}")
+        if other.num_slots > self.num_slots:
+            raise ValueError(f"LoRAMapping.copy_: a mapping over {other.num_slots} slots into one over {self.num_slots}")
+        if self._groups is not None and self._groups.sorted_indices.shape[0] != self.num_tokens:
+            raise ValueError("LoRAMapping.copy_: into a narrowed mapping (its groups are its parent's); copy into the parent")
         self.token_slots[:n].copy_(other.token_slots)
         self.token_slots[n:].fill_(-1)
         self._masks.clear()
+        if self._groups is not None:
+            self._groups.copy_(LoRAGroups.of(self.token_slots, self.num_slots))
         if not self.graph_safe:
             self.runs = other.host_runs()
-            self.segments = self.runs.to_tensor(self.token_slots.device)
 
     def narrow(self, num_tokens: int) -> "LoRAMapping":
-        """The first num_tokens rows (a view)."""
+        """The first num_tokens rows (a view, sharing this mapping's groups: within each group the
+        tokens are in order, so those below num_tokens come first, and copy_ into this mapping
+        regroups the narrowed one too)."""
         if not 0 <= num_tokens <= self.num_tokens:
             raise ValueError(f"LoRAMapping.narrow: {num_tokens} tokens of a mapping of {self.num_tokens}")
-        token_slots = self.token_slots[:num_tokens]
-        if self.graph_safe:
-            return LoRAMapping(token_slots)
-        runs = self.runs.narrow(num_tokens)
-        return LoRAMapping(token_slots, runs, runs.to_tensor(token_slots.device))
+        runs = None if self.graph_safe else self.runs.narrow(num_tokens)
+        return LoRAMapping(self.token_slots[:num_tokens], self.num_slots, runs, self.groups)
 
     def host_runs(self) -> LoRARuns:
         """The runs; a graph's mapping reads them back from the device."""
@@ -168,18 +203,12 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: tor
     if mapping.runs is not None and not mapping.runs:  # no token has an adapter this step
         return
     if x.is_cuda and use_triton(x, "lora") and y.stride(1) == 1 and lora_a.is_contiguous() and lora_b.is_contiguous():
-        from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv
-        x = x if x.stride(1) == 1 else x.contiguous()
-        if mapping.graph_safe or x.shape[0] <= BGMV_MAX_TOKENS:
-            add_lora_bgmv(y, x, lora_a, lora_b, shard_sizes, mapping.token_slots)
-        else:
-            add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, mapping.segments, mapping.runs.max_length)
+        from gdserve.kernels.triton.lora import add_lora_triton
+        add_lora_triton(y, x if x.stride(1) == 1 else x.contiguous(), lora_a, lora_b, shard_sizes, mapping.groups)
         return
     runs = mapping.host_runs()
     if not runs:
         return
-    if runs.active_slots[-1] >= lora_a.shape[0]:  # a graph's mapping, checked only now
-        raise ValueError(f"add_lora: the mapping uses slot {runs.active_slots[-1]}; lora_a has {lora_a.shape[0]} slots")
     tokens = x.shape[0]
     in_runs = len(runs) <= len(runs.active_slots) or len(runs) * CPU_MIN_RUN <= runs.num_tokens
     kernel = native.kernel("add_lora", x)
@@ -264,5 +293,7 @@ def check_lora_args(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora
                    f"mapping {mapping.token_slots.device}")
     elif mapping.runs and mapping.runs.active_slots[-1] >= num_slots:
         problem = f"the mapping uses slot {mapping.runs.active_slots[-1]}; lora_a has {num_slots} slots"
+    elif mapping.num_slots > num_slots:
+        problem = f"the mapping is over {mapping.num_slots} slots; lora_a has {num_slots}"
     if problem:
         raise ValueError(f"add_lora: {problem}")

@@ -47,9 +47,9 @@ def time_layer(k: int, shard_sizes: tuple[int, ...], tokens: int) -> dict[str, f
     calls = max(1, 256 // tokens)
     row = {"linear": best_us(lambda: F.linear(x, w), calls)}
     for name, slots in patterns(tokens).items():
-        mapping = LoRAMapping.build(slots, torch.device("cpu"))
+        mapping = LoRAMapping.build(slots, SLOTS, torch.device("cpu"))
         row[name] = best_us(lambda: add_lora(y, x, lora_a, lora_b, shard_sizes, mapping), calls)
-    mapping = LoRAMapping.build(patterns(tokens)["decode"], torch.device("cpu"))
+    mapping = LoRAMapping.build(patterns(tokens)["decode"], SLOTS, torch.device("cpu"))
     row["reference"] = best_us(lambda: add_lora_reference(y, x, lora_a, lora_b, shard_sizes, mapping),
                                  calls=1 if tokens > 256 else 4, rounds=3)
     return row

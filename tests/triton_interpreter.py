@@ -52,8 +52,32 @@ def _patch_interpreter_fp8_downcast() -> None:
     interpreter._convert_float = fixed
 
 
+def _patch_interpreter_bf16_dot() -> None:
+    """The interpreter keeps bfloat16 as its raw uint16 bits, and its tl.dot multiplies those bits
+    as integers. Widen bfloat16 operands to float32 first (exact), as the tensor cores multiply."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    create_dot = builder.create_dot
+    if getattr(create_dot, "_gdserve_fixed", False):
+        return
+
+    def widened(operand):
+        if operand.dtype.scalar != interpreter.tl.bfloat16:
+            return operand
+        data = interpreter._convert_float(operand.data, operand.dtype.scalar, interpreter.tl.float32, None)
+        return interpreter.TensorHandle(data.view("float32"), interpreter.tl.float32)
+
+    def fixed(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+    fixed._gdserve_fixed = True
+    builder.create_dot = fixed
+
+
 def use_interpreter_without_cuda() -> None:
     if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         _patch_interpreter_for_numpy_2_4()
         _patch_interpreter_fp8_downcast()
+        _patch_interpreter_bf16_dot()

@@ -5,7 +5,8 @@ A graph fixes every host-side value the forward reads. Attention's are the decod
 its longest context (which picks the split-K layout): graphs are captured with every context at
 max_model_len, and the kernels bound each sequence by its real length from `seq_lens` on the device.
 Rows past the real batch are padding: KV slot -1 (nothing written), context length 1, output unused.
-With LoRA, the graphs read a static token -> adapter slot mapping too, which each step overwrites.
+With LoRA, the graphs read a static token -> adapter slot mapping too, and its tokens grouped by
+slot on the device: each step overwrites both in place (LoRAMapping.copy_).
 """
 import torch
 
@@ -34,7 +35,7 @@ class CudaGraphRunner:
         self.block_tables = torch.zeros(n, max_blocks, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.lora_mapping = LoRAMapping.static(n, device) if lora_context is not None else None
+        self.lora_mapping = LoRAMapping.static(n, lora_context.num_slots, device) if lora_context is not None else None
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
 

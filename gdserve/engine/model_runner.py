@@ -200,7 +200,7 @@ class ModelRunner:
         """The mapping the LoRA layers read in the next forward: None where no token uses an
         adapter, except under CUDA graphs, which replay theirs (all -1 then)."""
         if token_slots is not None and (self.cuda_graphs is not None or max(token_slots) >= 0):
-            self.lora_context.mapping = LoRAMapping.build(token_slots, self.device)
+            self.lora_context.mapping = LoRAMapping.build(token_slots, self.lora_context.num_slots, self.device)
         else:
             self.lora_context.mapping = None
 

@@ -16,7 +16,8 @@ TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 @dataclass
 class LoRAContext:
     """What every LoRALinear of a model reads in its forward: the step's token -> slot mapping
-    (None: no token of the step uses an adapter)."""
+    (None: no token of the step uses an adapter), over the layers' num_slots (max_loras) slots."""
+    num_slots: int
     mapping: LoRAMapping | None = None
 
 
@@ -60,7 +61,7 @@ def wrap_lora_layers(model: nn.Module, max_loras: int, max_rank: int, dtype: tor
                      device: torch.device) -> tuple[LoRAContext, dict[str, LoRALinear]]:
     """Wrap every target projection of `model` in place; returns the shared context and the
     wrapped layers by their module name (the names adapters are keyed by)."""
-    context = LoRAContext()
+    context = LoRAContext(max_loras)
     targets = [(name, module) for name, module in model.named_modules() if name.rpartition(".")[2] in TARGETS]
     layers = {}
     for name, base in targets:

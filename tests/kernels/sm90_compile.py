@@ -137,20 +137,17 @@ LORA_LAYERS = {"qkv": (4096, (4096, 1024, 1024)), "o": (4096, (4096,)), "gate-up
                "down": (14336, (4096,))}
 
 
-def lora(layer: str, rank: int, kernel: str, dtype: torch.dtype = BF16) -> None:
-    from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv, shrink_bgmv
+def lora(layer: str, rank: int, tokens: int, dtype: torch.dtype = BF16, split_k: int | None = None) -> None:
+    """The shrink and expand kernels with the tiles the default path picks for `tokens`."""
+    from gdserve.kernels.lora import LoRAMapping
+    from gdserve.kernels.triton.lora import expand, shrink
     k, shard_sizes = LORA_LAYERS[layer]
-    tokens, n = 64, sum(shard_sizes)
+    n = sum(shard_sizes)
     x, y = torch.zeros(tokens, k, dtype=dtype), torch.zeros(tokens, n, dtype=dtype)
     lora_a = torch.zeros(4, len(shard_sizes), rank, k, dtype=dtype)
     lora_b = torch.zeros(4, n, rank, dtype=dtype)
-    slots = torch.zeros(tokens, dtype=torch.int32)
-    if kernel == "bgmv":
-        add_lora_bgmv(y, x, lora_a, lora_b, shard_sizes, slots)
-        shrink_bgmv(x[:1], lora_a, slots[:1], split_k=4)  # decode's split over K
-    else:
-        segments = torch.tensor([[0, 40], [40, 24], [0, 3]], dtype=torch.int32)
-        add_lora_sgmv(y, x, lora_a, lora_b, shard_sizes, segments, 40)
+    groups = LoRAMapping.build([t % 4 for t in range(tokens)], 4, torch.device("cpu")).groups
+    expand(y, shrink(x, lora_a, groups, split_k=split_k), lora_b, shard_sizes, groups)
 
 
 # (in_features, out_features) of Llama-3-8B's linear layers: qkv, o, gate_up, down
@@ -219,11 +216,11 @@ def _cases() -> dict[str, Callable[[], None]]:
     cases["fp8-gemm-split-k"] = lambda: fp8_gemm(16, (16, 64, 256, 4, 4, 4))
     for layer in LORA_LAYERS:
         for rank in (16, 64):
-            for kernel in ("bgmv", "sgmv"):
-                cases[f"lora-{kernel}-{layer}-r{rank}"] = lambda l=layer, r=rank, kn=kernel: lora(l, r, kn)
-    cases["lora-sgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "sgmv", FP32)
-    cases["lora-bgmv-qkv-r16-fp32"] = lambda: lora("qkv", 16, "bgmv", FP32)
-    cases["lora-sgmv-qkv-r128"] = lambda: lora("qkv", 128, "sgmv")
+            for tokens in (16, 1024):  # decode's tiles (split over K), prefill's
+                cases[f"lora-{layer}-r{rank}-t{tokens}"] = lambda l=layer, r=rank, t=tokens: lora(l, r, t)
+    cases["lora-qkv-r16-fp32"] = lambda: lora("qkv", 16, 1024, FP32)
+    cases["lora-qkv-r16-fp32-split-k"] = lambda: lora("qkv", 16, 16, FP32, split_k=4)
+    cases["lora-qkv-r128"] = lambda: lora("qkv", 128, 1024)
     cases["packed-gemm-tuned"] = lambda: packed_gemm(16, configs=_packed_tuned())  # every tile the tables name
     for bits, group_size in ((4, 128), (4, 32), (8, 32), (8, 128), (4, 4096)):
         for rows in (1, 16):  # the program-a-row kernel, the tiled one; default tiles

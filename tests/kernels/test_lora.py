@@ -5,6 +5,8 @@ from gdserve.kernels import lora, native
 from gdserve.kernels.lora import LoRAMapping, add_lora, add_lora_reference
 
 QKV = (48, 16, 16)  # unequal shards, as q, k, v
+NUM_SLOTS = 4
+CPU = torch.device("cpu")
 
 
 def lora_weights(num_slots: int, shard_sizes: tuple[int, ...], rank: int, k: int, dtype=torch.float32,
@@ -19,7 +21,7 @@ def lora_weights(num_slots: int, shard_sizes: tuple[int, ...], rank: int, k: int
     return a.to(dtype), b.to(dtype)
 
 
-def operands(token_slots: list[int], shard_sizes=QKV, rank: int = 8, k: int = 40, num_slots: int = 4,
+def operands(token_slots: list[int], shard_sizes=QKV, rank: int = 8, k: int = 40, num_slots: int = NUM_SLOTS,
              dtype=torch.float32, used_rank: int | None = None):
     g = torch.Generator().manual_seed(len(token_slots))
     x = torch.randn(len(token_slots), k, generator=g).to(dtype)
@@ -57,7 +59,7 @@ def test_reference_matches_per_token_loop(pattern, shard_sizes):
     slots = SLOT_PATTERNS[pattern]
     y, x, a, b = operands(slots, shard_sizes, used_rank=5)
     expected = naive(y, x, a, b, shard_sizes, slots)
-    add_lora_reference(y, x, a, b, shard_sizes, LoRAMapping.build(slots, torch.device("cpu")))
+    add_lora_reference(y, x, a, b, shard_sizes, LoRAMapping.build(slots, NUM_SLOTS, CPU))
     torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=1e-5)
 
 
@@ -81,7 +83,7 @@ def test_cpu_path_matches_reference(cpu_path, pattern, shard_sizes, rank):
     slots = SLOT_PATTERNS[pattern]
     y, x, a, b = operands(slots, shard_sizes, rank=rank, used_rank=5)
     expected = y.clone()
-    mapping = LoRAMapping.build(slots, torch.device("cpu"))
+    mapping = LoRAMapping.build(slots, NUM_SLOTS, CPU)
     add_lora_reference(expected, x, a, b, shard_sizes, mapping)
     add_lora(y, x, a, b, shard_sizes, mapping)
     torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5)
@@ -92,7 +94,7 @@ def test_cpu_path_matches_reference(cpu_path, pattern, shard_sizes, rank):
 def test_16_bit_inputs_accumulate_in_float32(cpu_path, dtype, pattern):
     slots = SLOT_PATTERNS[pattern]
     y, x, a, b = operands(slots, dtype=dtype)
-    mapping = LoRAMapping.build(slots, torch.device("cpu"))
+    mapping = LoRAMapping.build(slots, NUM_SLOTS, CPU)
     expected = naive(y, x, a, b, QKV, slots)
     reference, fast = y.clone(), y.clone()
     add_lora_reference(reference, x, a, b, QKV, mapping)
@@ -108,67 +110,90 @@ def test_tokens_without_adapter_are_untouched(cpu_path, op):
     slots = [-1] * 6
     y, x, a, b = operands(slots)
     before = y.clone()
-    op(y, x, a, b, QKV, LoRAMapping.build(slots, torch.device("cpu")))
+    op(y, x, a, b, QKV, LoRAMapping.build(slots, NUM_SLOTS, CPU))
     assert torch.equal(y, before)
     empty = operands([])
-    op(*empty, QKV, LoRAMapping.build([], torch.device("cpu")))
+    op(*empty, QKV, LoRAMapping.build([], NUM_SLOTS, CPU))
     assert empty[0].shape == (0, sum(QKV))
 
 
 def test_static_mapping_takes_the_copied_slots(cpu_path):
     """What a CUDA graph's runner does: one static mapping, narrowed to the step's size, with each
     step's mapping copied in; the tokens past the copy fall back to the base model."""
-    static = LoRAMapping.static(16, torch.device("cpu"))
+    static = LoRAMapping.static(16, NUM_SLOTS, CPU)
     step = static.narrow(12)
     y, x, a, b = operands(MIXED)
     before = y.clone()
     add_lora(y, x, a, b, QKV, step)  # all -1 (graph capture): nothing changes
     assert torch.equal(y, before)
     for slots in (MIXED[:9], MIXED[3:]):
-        static.copy_(LoRAMapping.build(slots, torch.device("cpu")))
+        static.copy_(LoRAMapping.build(slots, NUM_SLOTS, CPU))
         assert static.token_slots.tolist() == slots + [-1] * (16 - len(slots))
         out, expected = before.clone(), before.clone()
         add_lora(out, x, a, b, QKV, step)
-        add_lora_reference(expected, x, a, b, QKV, LoRAMapping.build(slots + [-1] * (12 - len(slots)), torch.device("cpu")))
+        add_lora_reference(expected, x, a, b, QKV, LoRAMapping.build(slots + [-1] * (12 - len(slots)), NUM_SLOTS, CPU))
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_narrow_and_copy_of_a_built_mapping():
-    mapping = LoRAMapping.build(MIXED, torch.device("cpu"))
+    mapping = LoRAMapping.build(MIXED, NUM_SLOTS, CPU)
     head = mapping.narrow(5)
     assert head.token_slots.tolist() == MIXED[:5]
     assert (head.runs.starts, head.runs.lengths, head.runs.slots) == ((0, 3, 4), (2, 1, 1), (2, 0, 3))
-    assert head.segments.tolist() == [[0, 3, 4], [2, 1, 1], [2, 0, 3]]
+    assert head.groups is mapping.groups  # the kernels skip the parent's tokens past 5
     head.token_slots.zero_()
     assert mapping.token_slots[:5].tolist() == [0] * 5  # a view
-    target = LoRAMapping.build([0] * 8, torch.device("cpu"))
-    target.copy_(LoRAMapping.build([3, -1, 3], torch.device("cpu")))
+    target = LoRAMapping.build([0] * 8, NUM_SLOTS, CPU)
+    target.copy_(LoRAMapping.build([3, -1, 3], NUM_SLOTS, CPU))
     assert target.token_slots.tolist() == [3, -1, 3] + [-1] * 5
-    assert target.segments.tolist() == [[0, 2], [1, 1], [3, 3]]
+    assert (target.runs.starts, target.runs.lengths, target.runs.slots) == ((0, 2), (1, 1), (3, 3))
 
 
-def test_a_graph_mapping_with_a_slot_out_of_range_is_refused(cpu_path):
-    y, x, a, b = operands([0, 1])
-    static = LoRAMapping.static(2, torch.device("cpu"))
-    static.copy_(LoRAMapping.build([0, 7], torch.device("cpu")))
-    with pytest.raises(ValueError, match="slot 7; lora_a has 4 slots"):
-        add_lora(y, x, a, b, QKV, static)
+def groups_of(mapping: LoRAMapping) -> tuple[list[int], list[int], list[int]]:
+    groups = mapping.groups
+    return groups.sorted_indices.tolist(), groups.slot_counts.tolist(), groups.slot_starts.tolist()
+
+
+def test_groups_sort_tokens_by_slot_in_token_order():
+    assert groups_of(LoRAMapping.build(MIXED, NUM_SLOTS, CPU)) == (
+        [3, 10, 9, 0, 1, 11, 4, 5, 6, 2, 7, 8], [2, 1, 3, 3], [0, 2, 3, 6])
+    assert groups_of(LoRAMapping.build([-1, -1], NUM_SLOTS, CPU)) == ([0, 1], [0] * 4, [0] * 4)
+    assert groups_of(LoRAMapping.build([], NUM_SLOTS, CPU)) == ([], [0] * 4, [0] * 4)
+    assert groups_of(LoRAMapping.build([2, 2, 2], NUM_SLOTS, CPU)) == ([0, 1, 2], [0, 0, 3, 0], [0, 0, 0, 3])
+
+
+def test_static_groups_follow_each_copy():
+    """A graph reads the static mapping's group tensors: copy_ rewrites them in place, and the
+    rows past the copy (-1) join no slot."""
+    static = LoRAMapping.static(6, NUM_SLOTS, CPU)
+    groups = static.groups
+    assert groups_of(static) == ([0, 1, 2, 3, 4, 5], [0] * 4, [0] * 4)
+    batch = static.narrow(4)
+    static.copy_(LoRAMapping.build([1, 3, 1], NUM_SLOTS, CPU))
+    assert groups_of(batch) == groups_of(static) == ([0, 2, 1, 3, 4, 5], [0, 2, 0, 1], [0, 0, 2, 2])
+    assert static.groups is groups  # rewritten in place
 
 
 def test_mapping_errors_name_the_problem():
     with pytest.raises(ValueError, match="got -2"):
-        LoRAMapping.build([0, -2], torch.device("cpu"))
+        LoRAMapping.build([0, -2], NUM_SLOTS, CPU)
+    with pytest.raises(ValueError, match="slots 0..3 or -1 .no adapter., got 4"):
+        LoRAMapping.build([0, 4], NUM_SLOTS, CPU)
+    with pytest.raises(ValueError, match="over 8 slots into one over 4"):
+        LoRAMapping.static(2, NUM_SLOTS, CPU).copy_(LoRAMapping.build([0, 7], 8, CPU))
+    with pytest.raises(ValueError, match="narrowed mapping"):
+        LoRAMapping.static(4, NUM_SLOTS, CPU).narrow(3).copy_(LoRAMapping.build([0, 1], NUM_SLOTS, CPU))
     with pytest.raises(ValueError, match="do not fit"):
-        LoRAMapping.static(2, "cpu").copy_(LoRAMapping.build([0, 1, 2], torch.device("cpu")))
+        LoRAMapping.static(2, NUM_SLOTS, CPU).copy_(LoRAMapping.build([0, 1, 2], NUM_SLOTS, CPU))
     with pytest.raises(ValueError, match="narrow"):
-        LoRAMapping.static(2, "cpu").narrow(3)
+        LoRAMapping.static(2, NUM_SLOTS, CPU).narrow(3)
 
 
 def mismatched_cases() -> dict:
     """The expected message -> add_lora's arguments."""
     slots = [0, 1, -1]
     y, x, a, b = operands(slots)
-    mapping = LoRAMapping.build(slots, torch.device("cpu"))
+    mapping = LoRAMapping.build(slots, NUM_SLOTS, CPU)
     return {
         "x has 3 tokens, y 2": (y[:2], x, a, b, QKV, mapping),
         "the mapping 2": (y, x, a, b, QKV, mapping.narrow(2)),
@@ -178,7 +203,9 @@ def mismatched_cases() -> dict:
         "lora_b": (y, x, a, b[:, :, :4], QKV, mapping),
         "dtypes differ": (y, x, a.double(), b, QKV, mapping),
         "x \\[T, K\\]": (y, x[0], a, b, QKV, mapping),
-        "slot 3; lora_a has 2 slots": (y, x, a[:2], b[:2], QKV, LoRAMapping.build([3, 0, 1], torch.device("cpu"))),
+        "slot 3; lora_a has 2 slots": (y, x, a[:2], b[:2], QKV, LoRAMapping.build([3, 0, 1], NUM_SLOTS, CPU)),
+        "the mapping is over 4 slots; lora_a has 2": (y, x, a[:2], b[:2], QKV, LoRAMapping.build([0, 1, 1], NUM_SLOTS, CPU)),
+        "the mapping is over 4 slots; lora_a has 3": (y, x, a[:3], b[:3], QKV, LoRAMapping.static(3, NUM_SLOTS, CPU)),
     }
 
 
@@ -197,7 +224,7 @@ def test_strided_rows(cpu_path, pattern):
     wide_x, wide_y = torch.zeros(len(slots), 50), torch.zeros(len(slots), 90)
     wide_x[:, 3:43], wide_y[:, 5:85] = x, y
     expected = y.clone()
-    add_lora_reference(expected, x, a, b, QKV, LoRAMapping.build(slots, torch.device("cpu")))
-    add_lora(wide_y[:, 5:85], wide_x[:, 3:43], a, b, QKV, LoRAMapping.build(slots, torch.device("cpu")))
+    add_lora_reference(expected, x, a, b, QKV, LoRAMapping.build(slots, NUM_SLOTS, CPU))
+    add_lora(wide_y[:, 5:85], wide_x[:, 3:43], a, b, QKV, LoRAMapping.build(slots, NUM_SLOTS, CPU))
     torch.testing.assert_close(wide_y[:, 5:85], expected, atol=1e-5, rtol=1e-5)
     assert not wide_y[:, :5].any() and not wide_y[:, 85:].any()

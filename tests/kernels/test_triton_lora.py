@@ -9,25 +9,27 @@ pytestmark = requires_triton
 LAYERS = ([(4096, (4096, 1024, 1024), 16), (4096, (14336, 14336), 64), (14336, (4096,), 64)] if ON_CUDA
           else [(40, (48, 16, 16), 16), (24, (20,), 32)])
 NUM_SLOTS = 4
-# The interpreter's tl.dot multiplies bfloat16 as raw uint16 bits: SGMV takes float16 there.
-SGMV_HALF = torch.bfloat16 if ON_CUDA else torch.float16
+TOKENS = (1, 3, 16, 17, 100, 256, 2048) if ON_CUDA else (1, 3, 16, 17, 100)
 
 
-def slot_patterns() -> dict[str, list[int]]:
-    """Decode (a slot per token, some without), prefill chunks (segments), and a mix."""
-    if ON_CUDA:
-        decode = [(i * 7) % (NUM_SLOTS + 1) - 1 for i in range(64)]
-        chunks = [1] * 700 + [-1] * 300 + [3] * 1024 + [0] * 24
-        return {"one-token": [2], "decode": decode, "prefill": chunks, "mixed": decode + chunks[:900]}
-    return {"one-token": [2], "decode": [0, 3, -1, 1, 1, 2, -1, 0], "prefill": [1] * 20 + [-1] * 5 + [3] * 18,
-            "mixed": [0, 3, -1, 1] + [2] * 17}
+def slots_of(pattern: str, tokens: int) -> list[int]:
+    """Decode (a slot per token, some without), prefill chunks (runs), no adapter, one adapter."""
+    if pattern == "interleaved":
+        return [(i * 7) % (NUM_SLOTS + 1) - 1 for i in range(tokens)]
+    if pattern == "runs":
+        return [(1, -1, 3, 0)[i * 4 // tokens] for i in range(tokens)]
+    return [{"none": -1, "one-slot": 2}[pattern]] * tokens
 
 
-PATTERNS = slot_patterns()
+PATTERNS = ("interleaved", "runs", "none", "one-slot")
+
+
+def device() -> torch.device:
+    return torch.device(DEVICE)
 
 
 def operands(num_tokens: int, k: int, shard_sizes: tuple[int, ...], rank: int, dtype: torch.dtype):
-    """x, y and zero-padded adapters (slot 2 uses a quarter of the rank, slot 1 has none)."""
+    """y, x and zero-padded adapters (slot 2 uses a quarter of the rank, slot 1 has none)."""
     n = sum(shard_sizes)
     a = randn(NUM_SLOTS, len(shard_sizes), rank, k, seed=1, scale=k ** -0.5)
     b = randn(NUM_SLOTS, n, rank, seed=2, scale=rank ** -0.5)
@@ -38,7 +40,8 @@ def operands(num_tokens: int, k: int, shard_sizes: tuple[int, ...], rank: int, d
 
 def expected_of(y, x, a, b, shard_sizes, slots) -> torch.Tensor:
     expected = y.float().clone()
-    add_lora_reference(expected, x.float(), a.float(), b.float(), shard_sizes, LoRAMapping.build(slots, y.device))
+    add_lora_reference(expected, x.float(), a.float(), b.float(), shard_sizes,
+                       LoRAMapping.build(slots, NUM_SLOTS, y.device))
     return expected
 
 
@@ -47,98 +50,101 @@ def assert_close_to(out: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(out.float(), expected, **tol)
 
 
+def add_lora_triton(y, x, a, b, shard_sizes, mapping: LoRAMapping) -> None:
+    from gdserve.kernels.triton.lora import add_lora_triton
+    add_lora_triton(y, x, a, b, shard_sizes, mapping.groups)
+
+
 @pytest.mark.parametrize("k,shard_sizes,rank", LAYERS)
+@pytest.mark.parametrize("tokens", TOKENS)
 @pytest.mark.parametrize("pattern", PATTERNS)
-@pytest.mark.parametrize("kernel", ["bgmv", "sgmv"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_matches_reference(k, shard_sizes, rank, pattern, kernel, dtype):
-    from gdserve.kernels.triton.lora import add_lora_bgmv, add_lora_sgmv
-    dtype = SGMV_HALF if kernel == "sgmv" and dtype == torch.bfloat16 else dtype
-    slots = PATTERNS[pattern]
-    y, x, a, b = operands(len(slots), k, shard_sizes, rank, dtype)
+def test_matches_reference(k, shard_sizes, rank, tokens, pattern, dtype):
+    slots = slots_of(pattern, tokens)
+    y, x, a, b = operands(tokens, k, shard_sizes, rank, dtype)
     expected = expected_of(y, x, a, b, shard_sizes, slots)
-    mapping = LoRAMapping.build(slots, torch.device(DEVICE))
-    if kernel == "bgmv":
-        add_lora_bgmv(y, x, a, b, shard_sizes, mapping.token_slots)
-    else:
-        add_lora_sgmv(y, x, a, b, shard_sizes, mapping.segments, mapping.runs.max_length)
+    add_lora_triton(y, x, a, b, shard_sizes, LoRAMapping.build(slots, NUM_SLOTS, device()))
     assert_close_to(y, expected)
 
 
+@pytest.mark.parametrize("pattern", ["interleaved", "runs"])
 @pytest.mark.parametrize("split_k", [1, 3])
-def test_bgmv_shrink_split_over_k(split_k):
-    from gdserve.kernels.triton.lora import shrink_bgmv
-    slots = PATTERNS["decode"]
-    _, x, a, _ = operands(len(slots), 96, (32, 16), 16, torch.float32)
-    mapping = LoRAMapping.build(slots, torch.device(DEVICE))
-    h = shrink_bgmv(x, a, mapping.token_slots, block_c=16, block_k=16, split_k=split_k)
-    rows = [t for t, s in enumerate(slots) if s >= 0]
-    expected = torch.einsum("tk,tck->tc", x[rows], a.flatten(1, 2)[[slots[t] for t in rows]])
-    torch.testing.assert_close(h[rows], expected, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("kernel", ["bgmv", "sgmv"])
-def test_small_tiles(kernel):
-    """Several tiles of rows, columns and K per segment or token."""
+def test_small_tiles_and_split_over_k(pattern, split_k):
+    """Several row tiles per group, column tiles across shard boundaries, K in several tiles,
+    split over programs adding into h atomically."""
     from gdserve.kernels.triton import lora
-    slots = PATTERNS["prefill"]
+    slots = slots_of(pattern, 100)
     k, shard_sizes, rank = 72, (40, 24), 16
     y, x, a, b = operands(len(slots), k, shard_sizes, rank, torch.float32)
     expected = expected_of(y, x, a, b, shard_sizes, slots)
-    mapping = LoRAMapping.build(slots, torch.device(DEVICE))
-    if kernel == "bgmv":
-        h = lora.shrink_bgmv(x, a, mapping.token_slots, block_c=16, block_k=32)
-        for y_shard, h_shard, b_shard in lora._shards(y, h, b, shard_sizes):
-            lora.expand_bgmv(y_shard, h_shard, b_shard, mapping.token_slots, block_n=16)
-    else:
-        args = mapping.segments, mapping.runs.max_length
-        h = lora.shrink_sgmv(x, a, *args, block_m=16, block_c=16, block_k=32)
-        for y_shard, h_shard, b_shard in lora._shards(y, h, b, shard_sizes):
-            lora.expand_sgmv(y_shard, h_shard, b_shard, *args, block_m=16, block_n=16)
+    groups = LoRAMapping.build(slots, NUM_SLOTS, device()).groups
+    h = lora.shrink(x, a, groups, block_m=16, block_c=16, block_k=16, split_k=split_k)
+    lora.expand(y, h, b, shard_sizes, groups, block_m=16, block_n=16)
     assert_close_to(y, expected)
 
 
-def test_graph_mapping_computes_each_copied_step():
-    """The CUDA-graph path: one static mapping narrowed to the batch; each step's mapping copied
-    in; the kernels read the slots on the device (the BGMV path, whatever the size)."""
+def test_split_over_k_by_default_for_few_tokens():
+    from gdserve.kernels.triton.lora import block_m_for, split_k_for
+    assert split_k_for(1, 4096, 48, device(), block_m_for(1), 64, 128) > 1
+    assert split_k_for(8192, 4096, 48, device(), block_m_for(8192), 64, 128) <= 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_narrowed_mappings_skip_the_parents_later_tokens(dtype):
+    """A narrowed mapping shares its parent's groups, which hold tokens past its own."""
     k, shard_sizes, rank = LAYERS[0]
-    static = LoRAMapping.static(96, torch.device(DEVICE))
+    slots = slots_of("interleaved", 100)
+    parent = LoRAMapping.build(slots, NUM_SLOTS, device())
+    for tokens in (17, 3):
+        y, x, a, b = operands(tokens, k, shard_sizes, rank, dtype)
+        expected = expected_of(y, x, a, b, shard_sizes, slots[:tokens])
+        add_lora_triton(y, x, a, b, shard_sizes, parent.narrow(tokens))
+        assert_close_to(y, expected)
+
+
+def test_graph_mapping_computes_each_copied_step():
+    """The CUDA-graph path: one static mapping narrowed to the batch; each step's mapping (of at
+    most the batch's tokens, or more: the batch skips the rest) copied in."""
+    k, shard_sizes, rank = LAYERS[0]
+    static = LoRAMapping.static(96, NUM_SLOTS, device())
     batch = static.narrow(80)
     y, x, a, b = operands(80, k, shard_sizes, rank, torch.float32)
     before = y.clone()
-    add_lora(y, x, a, b, shard_sizes, batch)  # at capture: all -1
+    add_lora_triton(y, x, a, b, shard_sizes, batch)  # at capture: all -1
     assert torch.equal(y, before)
-    for slots in ([3] * 70, [0, -1, 2, 1] * 20):
-        static.copy_(LoRAMapping.build(slots, torch.device(DEVICE)))
+    for slots in ([3] * 70, [0, -1, 2, 1] * 20, slots_of("interleaved", 17), slots_of("runs", 90)):
+        static.copy_(LoRAMapping.build(slots, NUM_SLOTS, device()))
         y = before.clone()
-        add_lora(y, x, a, b, shard_sizes, batch)
-        assert_close_to(y, expected_of(before, x, a, b, shard_sizes, slots + [-1] * (80 - len(slots))))
+        add_lora_triton(y, x, a, b, shard_sizes, batch)
+        assert_close_to(y, expected_of(before, x, a, b, shard_sizes, (slots + [-1] * 80)[:80]))
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="CUDA graphs need CUDA")
-def test_cuda_graph_replays_other_mappings():
+@pytest.mark.parametrize("batch_size", [1, 16, 128])
+def test_cuda_graph_replays_other_mappings(batch_size):
     k, shard_sizes, rank = LAYERS[0]
-    static = LoRAMapping.static(256, torch.device(DEVICE))
-    batch = static.narrow(128)
-    y0, x, a, b = operands(128, k, shard_sizes, rank, torch.bfloat16)
+    static = LoRAMapping.static(256, NUM_SLOTS, device())
+    batch = static.narrow(batch_size)
+    y0, x, a, b = operands(batch_size, k, shard_sizes, rank, torch.bfloat16)
     y = y0.clone()
     add_lora(y, x, a, b, shard_sizes, batch)  # warm-up (compiles) outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         add_lora(y, x, a, b, shard_sizes, batch)
-    for slots in ([1, 2, 3, -1] * 32, [0] * 100):
-        static.copy_(LoRAMapping.build(slots, torch.device(DEVICE)))
+    for slots in ([1, 2, 3, -1] * 64, [0] * 100, [2], slots_of("runs", batch_size)):
+        slots = slots[:batch_size]
+        static.copy_(LoRAMapping.build(slots, NUM_SLOTS, device()))
         y.copy_(y0)
         graph.replay()
-        assert_close_to(y, expected_of(y0, x, a, b, shard_sizes, slots + [-1] * (128 - len(slots))))
+        assert_close_to(y, expected_of(y0, x, a, b, shard_sizes, slots + [-1] * (batch_size - len(slots))))
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="dispatch to Triton needs CUDA tensors")
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_public_op_dispatches_on_cuda(pattern):
     k, shard_sizes, rank = LAYERS[0]
-    slots = PATTERNS[pattern]
+    slots = slots_of(pattern, 300)
     y, x, a, b = operands(len(slots), k, shard_sizes, rank, torch.bfloat16)
     expected = expected_of(y, x, a, b, shard_sizes, slots)
-    add_lora(y, x, a, b, shard_sizes, LoRAMapping.build(slots, torch.device(DEVICE)))
+    add_lora(y, x, a, b, shard_sizes, LoRAMapping.build(slots, NUM_SLOTS, device()))
     assert_close_to(y, expected)
