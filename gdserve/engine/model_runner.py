@@ -6,12 +6,12 @@ import torch
 
 from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import PLACEHOLDER, Sequence
-from gdserve.kernels.lora import LoRAMapping
+from gdserve.kernels.lora import LoRAMapping, add_lora
 from gdserve.kernels.triton import use_triton
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.layers.packed_linear import PackedLinear
 from gdserve.layers.quantization import Fp8Linear
-from gdserve.lora.layers import LoRAContext
+from gdserve.lora.layers import LoRAContext, LoRALinear
 from gdserve.models.config import ModelConfig
 from gdserve.utils import to_device
 
@@ -140,18 +140,31 @@ class ModelRunner:
         hidden = None
         for num_tokens in sorted({1, max(1, largest)}):
             hidden = self.dummy_step(num_tokens, max_model_len)
-            if self.lora_context is not None:  # the LoRA kernels too (the slots are empty at startup)
-                self._set_lora([0] * num_tokens)
-                self.dummy_step(num_tokens, max_model_len)
-                self._set_lora(None)
         rows = gemm_warm_up_rows(max_num_tokens)
         for layer in self._distinct_linears():
             x = hidden.new_zeros(rows[-1], layer.in_features)
             for num_rows in rows:
                 layer(x[:num_rows])
+        if self.lora_context is not None:
+            self._warm_up_lora(rows)
         hidden = hidden.new_zeros(max_num_seqs, hidden.shape[-1])
         for num_rows in range(1, max_num_seqs + 1):
             self.model.compute_logits(hidden[:num_rows])
+
+    def _warm_up_lora(self, rows: list[int]) -> None:
+        """The LoRA kernels of each layer shape at every row count: Triton compiles a variant per
+        tile size, split and row-count specialization (~1 s each), which mid-run stalls the steps
+        (1.8 s of a random_workload run on an H200). The slots are empty at startup."""
+        layers = {}
+        for layer in self.model.modules():
+            if isinstance(layer, LoRALinear):
+                layers.setdefault((layer.in_features, layer.shard_sizes), layer)
+        for num_rows in rows:
+            mapping = LoRAMapping.build([0] * num_rows, self.lora_context.num_slots, self.device)
+            for layer in layers.values():
+                x = layer.lora_a.new_zeros(num_rows, layer.in_features)
+                add_lora(layer.lora_a.new_zeros(num_rows, layer.out_features), x, layer.lora_a, layer.lora_b,
+                         layer.shard_sizes, mapping)
 
     @torch.inference_mode()
     def dummy_step(self, num_tokens: int, max_model_len: int, num_sampled: int = 0) -> torch.Tensor:

@@ -177,3 +177,18 @@ def test_an_adapter_gone_from_disk_fails_only_its_requests(tiny_llama_dir, tiny_
     assert finished[doomed].error and "gone" in finished[doomed].error
     assert not finished[fine].error and len(finished[fine].outputs[0].token_ids) == GREEDY.max_tokens
     assert not finished[plain].error
+
+
+def test_warm_up_launches_the_lora_kernels_of_each_layer_shape_at_every_row_count(tiny_llama_dir, monkeypatch):
+    """Triton compiles the LoRA kernels per row-count variant: the warm-up must meet them all."""
+    from gdserve.engine import model_runner
+    llm = tiny_llm(tiny_llama_dir, max_loras=2)
+    launched: dict[tuple, list[int]] = {}
+
+    def record(y, x, lora_a, lora_b, shard_sizes, mapping):
+        launched.setdefault((x.shape[1], tuple(shard_sizes)), []).append(x.shape[0])
+
+    monkeypatch.setattr(model_runner, "add_lora", record)
+    llm.engine.runner.warm_up(max_num_seqs=4, max_num_tokens=40, max_model_len=64)
+    assert len(launched) == 4  # qkv, o, gate_up, down
+    assert all(rows == model_runner.gemm_warm_up_rows(40) for rows in launched.values())
