@@ -146,25 +146,26 @@ class ModelRunner:
             for num_rows in rows:
                 layer(x[:num_rows])
         if self.lora_context is not None:
-            self._warm_up_lora(rows)
+            self._warm_up_lora(max_num_tokens)
         hidden = hidden.new_zeros(max_num_seqs, hidden.shape[-1])
         for num_rows in range(1, max_num_seqs + 1):
             self.model.compute_logits(hidden[:num_rows])
 
-    def _warm_up_lora(self, rows: list[int]) -> None:
-        """The LoRA kernels of each layer shape at every row count: Triton compiles a variant per
-        tile size, split and row-count specialization (~1 s each), which mid-run stalls the steps
-        (1.8 s of a random_workload run on an H200). The slots are empty at startup."""
+    def _warm_up_lora(self, max_rows: int) -> None:
+        """The LoRA kernels of each layer shape at every row count up to max_rows: Triton compiles
+        a variant per tile size, split and row-count specialization (~1 s each), which mid-run
+        stalls the steps (1-2 s of a random_workload run on an H200). The slots are empty at startup."""
         layers = {}
         for layer in self.model.modules():
             if isinstance(layer, LoRALinear):
                 layers.setdefault((layer.in_features, layer.shard_sizes), layer)
-        for num_rows in rows:
-            mapping = LoRAMapping.build([0] * num_rows, self.lora_context.num_slots, self.device)
-            for layer in layers.values():
-                x = layer.lora_a.new_zeros(num_rows, layer.in_features)
-                add_lora(layer.lora_a.new_zeros(num_rows, layer.out_features), x, layer.lora_a, layer.lora_b,
-                         layer.shard_sizes, mapping)
+        mapping = LoRAMapping.build([0] * max_rows, self.lora_context.num_slots, self.device)
+        for layer in layers.values():
+            x = layer.lora_a.new_zeros(max_rows, layer.in_features)
+            y = layer.lora_a.new_zeros(max_rows, layer.out_features)
+            for num_rows in range(1, max_rows + 1):
+                add_lora(y[:num_rows], x[:num_rows], layer.lora_a, layer.lora_b, layer.shard_sizes,
+                         mapping.narrow(num_rows))
 
     @torch.inference_mode()
     def dummy_step(self, num_tokens: int, max_model_len: int, num_sampled: int = 0) -> torch.Tensor:
