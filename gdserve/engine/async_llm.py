@@ -61,6 +61,11 @@ class AsyncLLM:
         self.stats: EngineStats = self.engine.stats()
 
     @property
+    def alive(self) -> bool:
+        """Whether the engine takes requests: not shut down, its thread running."""
+        return not self._stopped and self._thread.is_alive()
+
+    @property
     def num_active_requests(self) -> int:
         return self._num_active
 

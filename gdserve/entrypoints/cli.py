@@ -3,6 +3,8 @@ import argparse
 import sys
 
 from gdserve.engine_args import add_engine_args, engine_kwargs
+from gdserve.entrypoints.ray_serve.flags import check_ray_args
+from gdserve.entrypoints.serve_flags import add_serve_command_args
 from gdserve.models.registry import DEFAULT_MODEL
 
 
@@ -20,19 +22,21 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from gdserve.entrypoints.openai.server import run_server
-    run_server(args, engine_kwargs(args))
+    check_ray_args(args)
+    if args.ray:
+        from gdserve.entrypoints.ray_serve.run import run_ray_server
+        run_ray_server(args, engine_kwargs(args))
+    else:
+        from gdserve.entrypoints.openai.server import run_server
+        run_server(args, engine_kwargs(args))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="gdserve")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from gdserve.entrypoints.openai.server import add_serve_args
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API over HTTP")
-    serve.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    add_serve_args(serve)
-    add_engine_args(serve)
+    add_serve_command_args(serve)
     serve.set_defaults(func=cmd_serve)
 
     gen = sub.add_parser("generate", help="generate offline from a prompt or a chat message")

@@ -34,3 +34,15 @@ def test_a_bad_choice_is_refused_naming_the_choices(flag, value, choice):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert flag in done.stderr and choice in done.stderr
+
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--replicas", "2"], "--replicas needs --ray (data-parallel replicas run on Ray Serve)"),
+    (["--ray-address", "auto"], "--ray-address needs --ray (data-parallel replicas run on Ray Serve)"),
+    (["--ray", "--replicas", "0"], "--replicas must be >= 1, got 0")])
+def test_replica_flags_that_do_not_fit_are_refused_in_one_line(flags, message):
+    done = subprocess.run([sys.executable, "-m", "gdserve.entrypoints.cli", "serve", *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"gdserve: error: {message}\n"

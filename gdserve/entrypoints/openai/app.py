@@ -42,13 +42,7 @@ def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = No
     app = FastAPI(title="gdserve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.ctx = ctx
     install_error_handlers(app)
-    # The last added runs first: CORS (so that errors carry its headers too), the key, the size.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
-    if api_key is not None:
-        app.add_middleware(APIKeyMiddleware, api_key=api_key)
-    if allowed_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+    add_http_middlewares(app, api_key, limits.max_request_bytes, allowed_origins)
 
     @app.get("/health", response_class=Response, responses={200: {"description": "the server is up"}})
     async def health() -> Response:
@@ -77,6 +71,18 @@ def build_app(engine: AsyncLLM, served_model_name: str, api_key: str | None = No
     if allow_runtime_lora:
         _add_lora_routes(app, ctx.models)
     return app
+
+
+def add_http_middlewares(app: FastAPI, api_key: str | None, max_request_bytes: int,
+                         allowed_origins: list[str] | None) -> None:
+    """What every request passes before its route: CORS, the API key, the body size."""
+    # The last added runs first: CORS (so that errors carry its headers too), the key, the size.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
+    if api_key is not None:
+        app.add_middleware(APIKeyMiddleware, api_key=api_key)
+    if allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
 
 
 def _add_lora_routes(app: FastAPI, models: ServingModels) -> None:

@@ -6,11 +6,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gdserve.config import EngineConfig
 from gdserve.utils import settle_gc
 from gdserve.entrypoints.openai.limits import RequestLimits
 from gdserve.entrypoints.openai.lora_modules import RUNTIME_LORA_ENV, parse_lora_module, runtime_lora_from_env
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from gdserve.engine.async_llm import AsyncLLM
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -52,11 +58,23 @@ SHUTDOWN_GRACE_S = 5.0
 def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     import uvicorn
 
-    from gdserve.entrypoints.openai.app import build_app
     from gdserve.entrypoints.openai.draining import DrainingServer
-    from gdserve.entrypoints.openai.serving_models import ServingModels
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app, engine = build_server_app(args, engine_kwargs)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+    ctx = app.state.ctx
+    note = _lora_note(list(ctx.models.lora_requests), _allow_runtime_lora(args, engine_kwargs["enable_lora"]))
+    _say(f"serving {args.model} as '{ctx.served_model_name}' on http://{args.host}:{args.port}/v1 "
+         f"(GET /health, /v1/models, /metrics){note}")
+    DrainingServer(config, engine, SHUTDOWN_GRACE_S).run()
+
+
+def build_server_app(args: argparse.Namespace, engine_kwargs: dict) -> tuple["FastAPI", "AsyncLLM"]:
+    """The engine loaded as the flags say, and the app serving it (its LoRA modules read in)."""
+    from gdserve.entrypoints.openai.app import build_app
+    from gdserve.entrypoints.openai.serving_models import ServingModels
+
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
     allow_runtime_lora = _allow_runtime_lora(args, engine_kwargs["enable_lora"])
     engine = _load(args.model, engine_kwargs)
@@ -70,10 +88,7 @@ def run_server(args: argparse.Namespace, engine_kwargs: dict) -> None:
     settle_gc()
     app = build_app(engine, name, args.api_key, args.max_queue, chat_template, _limits(args), args.allowed_origins,
                     models, allow_runtime_lora)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
-    _say(f"serving {args.model} as '{name}' on http://{args.host}:{args.port}/v1 "
-         f"(GET /health, /v1/models, /metrics){_lora_note(list(models.lora_requests), allow_runtime_lora)}")
-    DrainingServer(config, engine, SHUTDOWN_GRACE_S).run()
+    return app, engine
 
 
 def _lora_note(adapters: list[str], allow_runtime_lora: bool) -> str:
