@@ -68,7 +68,8 @@ def time_layer(k: int, shard_sizes: tuple[int, ...], rank: int, mapping) -> dict
 
 def time_step(kind: str, tokens: int, rank: int, results: dict) -> dict:
     """Each layer's figures into results; returns the step's totals over the model's layers."""
-    from gdserve.kernels.lora import LoRAGroups, LoRAMapping
+    from gdserve.kernels.lora import LoRAMapping
+    from gdserve.kernels.lora_groups import LoRAGroups
     mapping = LoRAMapping.build(token_slots(tokens, kind), NUM_SLOTS, torch.device("cuda"))
     group_us = eager_time_us(lambda: LoRAGroups.of(mapping.token_slots, NUM_SLOTS))
     assert mapping.groups.sorted_indices.numel() == tokens  # grouped now, as a step's first layer does

@@ -1,6 +1,6 @@
 """Multi-LoRA deltas in two passes, as Punica does: shrink (h = x @ A^T into a float32 [T, shards * R]
 buffer) and expand (y += h @ B^T, every shard in one launch). Both take the tokens grouped by slot
-(kernels/lora.py's LoRAGroups, on the device): a program (slot, m, ...) gathers the rows
+(kernels/lora_groups.py's LoRAGroups, on the device): a program (slot, m, ...) gathers the rows
 m * BLOCK_M.. of its slot's group and multiplies them by its slot's weights with tensor-core
 tiles, returning at once where the group is shorter. The grid and the tiles are functions of the
 shapes only, so a CUDA graph captured for T tokens replays right for any mapping."""
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.lora import LoRAGroups
+from gdserve.kernels.lora_groups import LoRAGroups
 
 
 @triton.jit
