@@ -1,5 +1,6 @@
 """This process's place in the tensor-parallel group: its rank, the group's size, and the
 torch.distributed process group behind them (NCCL on CUDA, gloo on the CPU)."""
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -36,6 +37,8 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     if size > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        else:  # the group is on one machine: gloo over loopback, whatever the hostname resolves to
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(backend_for(device), init_method=init_method, rank=rank, world_size=size,
                                 timeout=timeout, device_id=device if device.type == "cuda" else None)
     _state = TensorParallelState(rank, size)

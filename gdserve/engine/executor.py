@@ -5,6 +5,7 @@ A rank that dies (or raises, which ends it) fails the engine: a supervisor threa
 closed connection at once, aborts the process group so that rank 0's pending collective raises
 instead of waiting on it, and every call from then on raises EngineDeadError naming the rank, its
 exit status and its traceback."""
+import inspect
 import logging
 import os
 import queue
@@ -133,7 +134,7 @@ class ParallelModelRunner:
 
     def __getattr__(self, name: str):
         attr = getattr(self.local, name)
-        if not callable(attr) or name.startswith("_"):
+        if not inspect.ismethod(attr) or name.startswith("_"):
             return attr
         return lambda *args, **kwargs: self._call(name, args, kwargs)
 
@@ -159,15 +160,11 @@ class ParallelModelRunner:
 def _spawn(start: WorkerStart) -> WorkerProcess:
     ours, theirs = socket.socketpair()
     process = subprocess.Popen([sys.executable, "-m", "gdserve.engine.worker", str(theirs.fileno())],
-                               pass_fds=(theirs.fileno(),), env={**os.environ, **_worker_env(start.rank)})
+                               pass_fds=(theirs.fileno(),))
     theirs.close()
     conn = Connection(ours.detach())
     conn.send(start)
     return WorkerProcess(start.rank, process, conn)
-
-
-def _worker_env(rank: int) -> dict[str, str]:
-    return {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
 
 
 def _supervise(workers: list[WorkerProcess], state: GroupState) -> None:

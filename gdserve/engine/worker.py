@@ -87,9 +87,8 @@ def serve(conn: Connection) -> None:
                          rank_device(start.config, start.rank), COLLECTIVE_TIMEOUT)
     worker = Worker(start)
     conn.send(("ready",))
-    with torch.inference_mode():
-        while (message := conn.recv()) is not None:
-            worker.call(*message)
+    while (message := conn.recv()) is not None:
+        worker.call(*message)
     destroy_tensor_parallel()  # only on a clean stop: with a rank gone it could wait on it
 
 

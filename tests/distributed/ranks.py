@@ -19,12 +19,10 @@ def _free_port() -> int:
 
 
 def _rank_main(fn: Callable, rank: int, size: int, device_type: str, init_method: str, errors) -> None:
-    import os
     import traceback
 
     from gdserve.distributed.parallel_state import destroy_tensor_parallel, init_tensor_parallel
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     try:
