@@ -2,11 +2,14 @@
 the CPU, NCCL on cuda:0..N-1), as the engine's ranks run."""
 import multiprocessing
 import socket
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 import torch
+
+from gdserve.distributed.parallel_state import destroy_tensor_parallel, init_tensor_parallel
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < 2,
                                                                 reason="needs 2 CUDA devices"))]
@@ -19,10 +22,6 @@ def _free_port() -> int:
 
 
 def _rank_main(fn: Callable, rank: int, size: int, device_type: str, init_method: str, errors) -> None:
-    import traceback
-
-    from gdserve.distributed.parallel_state import destroy_tensor_parallel, init_tensor_parallel
-
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     try:
