@@ -209,13 +209,23 @@ class LlamaForCausalLM(nn.Module):
     def _load_one(self, name: str, tensor: CheckpointTensor) -> None:
         """Fill the parameter (or this rank's share of it, or of a fused one) that checkpoint
         tensor `name` is for."""
-        module_path, _, attr = name.rpartition(".")
-        parent, _, leaf = module_path.rpartition(".")
-        fused, index = SHARD_OF.get(leaf, (leaf, 0))
-        module = self.get_submodule(f"{parent}.{fused}" if parent else fused)
-        param = getattr(module, attr)
+        module, param, index = self._locate(name)
         loader = getattr(module, "weight_loader", None)
         if loader is None:
             default_weight_loader(param, tensor)
         else:
             loader(param, tensor, index)
+
+    def _target(self, name: str) -> torch.Tensor:
+        """The parameter (or the slice of a fused one) that checkpoint tensor `name` fills, on one
+        rank (the whole model)."""
+        module, param, index = self._locate(name)
+        return module.shard(param, index) if hasattr(module, "shard") else param
+
+    def _locate(self, name: str) -> tuple[nn.Module, torch.Tensor, int]:
+        """(module, parameter, projection index in a fused module) of checkpoint tensor `name`."""
+        module_path, _, attr = name.rpartition(".")
+        parent, _, leaf = module_path.rpartition(".")
+        fused, index = SHARD_OF.get(leaf, (leaf, 0))
+        module = self.get_submodule(f"{parent}.{fused}" if parent else fused)
+        return module, getattr(module, attr), index
