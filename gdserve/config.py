@@ -62,6 +62,10 @@ class EngineConfig:
     max_loras: int = 1
     max_lora_rank: int = 16
     max_cpu_loras: int | None = None
+    # Ranks the model is split across (tensor parallelism on one machine): one process each, on
+    # cuda:0..N-1 on CUDA (NCCL), or on the CPU (gloo, the cores shared among them). The KV-cache
+    # memory settings are per rank
+    tensor_parallel_size: int = 1
 
     def __post_init__(self):
         _check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
@@ -96,6 +100,21 @@ class EngineConfig:
             self.max_cpu_loras = self.max_loras
         _check(self.max_cpu_loras >= self.max_loras, "max_cpu_loras",
                f"must be >= max_loras ({self.max_loras})")
+        self._check_tensor_parallel()
+
+    def _check_tensor_parallel(self) -> None:
+        size = self.tensor_parallel_size
+        _check(isinstance(size, int) and size >= 1, "tensor_parallel_size", "must be an integer >= 1")
+        if size == 1:
+            return
+        _check(not self.enable_lora, "tensor_parallel_size",
+               f"{size} with enable_lora is not supported yet (LoRA serves on one device)")
+        _check(self.quantization in (None, "fp8"), "tensor_parallel_size",
+               f"{size} with quantization {self.quantization!r} is not supported yet (packed 4-bit weights "
+               "serve on one device)")
+        device = self.torch_device()
+        _check(device.index is None, "tensor_parallel_size",
+               f"{size} places rank r on cuda:r; device must be 'auto' or 'cuda', not {self.device!r}")
 
     def grammar_cache_path(self) -> Path | None:
         if self.grammar_cache_dir == "auto":

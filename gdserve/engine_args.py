@@ -43,6 +43,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters over the base model")
     parser.add_argument("--max-loras", type=int, default=1, help="adapters one batch may mix (GPU slots)")
     parser.add_argument("--max-lora-rank", type=int, default=16, help="the largest adapter rank served")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
+                        help="split the model across this many ranks, one process each (cuda:0..N-1 on CUDA)")
     parser.add_argument("--max-cpu-loras", type=int,
                         help="adapters kept read in CPU memory, least recently used out first (default: --max-loras)")
 
@@ -62,4 +64,5 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
                 async_scheduling=args.async_scheduling, enable_lora=args.enable_lora, max_loras=args.max_loras,
-                max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras)
+                max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras,
+                tensor_parallel_size=args.tensor_parallel_size)

@@ -42,3 +42,14 @@ def test_compile_workers_default_to_the_usable_cores_less_one_capped(monkeypatch
     assert EngineConfig(device="cpu", grammar_compile_workers=32).grammar_compile_workers == 32
     with pytest.raises(ValueError, match="grammar_compile_workers must be >= 1"):
         EngineConfig(device="cpu", grammar_compile_workers=0)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(tensor_parallel_size=0), "tensor_parallel_size must be an integer >= 1"),
+    (dict(tensor_parallel_size=2, enable_lora=True), "tensor_parallel_size 2 with enable_lora is not supported"),
+    (dict(tensor_parallel_size=2, quantization="awq"), "tensor_parallel_size 2 with quantization 'awq'"),
+    (dict(tensor_parallel_size=2, device="cuda:1"), "places rank r on cuda:r"),
+])
+def test_tensor_parallel_combinations_not_supported_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**kwargs)

@@ -26,7 +26,9 @@ def run_engine(requests: list[dict], model: str, engine_args: dict) -> dict:
     prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
     llm = warm_llm(model, engine_args, prompts)
     params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
-    return timed_generate(llm, prompts, params)[0]
+    result = timed_generate(llm, prompts, params)[0]
+    llm.engine.close()
+    return result
 
 
 def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) -> dict:

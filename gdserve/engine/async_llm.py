@@ -23,6 +23,7 @@ from contextlib import aclosing
 from concurrent.futures import Future
 
 from gdserve.config import EngineConfig
+from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.llm_engine import EngineStats, LLMEngine
 from gdserve.grammar import Grammar
 from gdserve.lora.request import LoRARequest
@@ -30,10 +31,6 @@ from gdserve.outputs import RequestOutput
 from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
 
 logger = logging.getLogger(__name__)
-
-
-class EngineDeadError(RuntimeError):
-    """The engine has shut down (or its thread died): it takes no more requests."""
 
 
 class RequestFailed(RuntimeError):
@@ -194,6 +191,8 @@ class AsyncLLM:
                 continue
             try:
                 outputs = self.engine.step()
+            except EngineDeadError:
+                raise  # a tensor-parallel rank failed: the engine cannot step again
             except Exception as e:
                 logger.exception("engine step raised: failing every request in flight")
                 self._fail_all(RequestFailed, f"the engine step failed ({type(e).__name__}); "

@@ -20,6 +20,17 @@ class LLM:
     def __init__(self, model: str = DEFAULT_MODEL, **engine_args):
         self.engine = LLMEngine(EngineConfig(model=model, **engine_args))
 
+    def close(self) -> None:
+        """Stop the engine's worker processes (compile workers, tensor-parallel ranks); also done
+        when the LLM is garbage-collected or the interpreter exits. Idempotent."""
+        self.engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def get_tokenizer(self):
         return self.engine.tokenizer
 

@@ -18,18 +18,21 @@ import torch
 
 from gdserve.config import EngineConfig
 from gdserve.engine.detokenizer import IncrementalDetokenizer
+from gdserve.engine.errors import EngineDeadError
+from gdserve.engine.executor import MultiprocExecutor
 from gdserve.engine.guided import GuidedDecoder, check_fits
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import ScheduledBatch, Scheduler
+from gdserve.engine.worker import load_shard
 from gdserve.grammar import Grammar
 from gdserve.lora.adapter import LoRALoadError
-from gdserve.lora.layers import wrap_lora_layers
+from gdserve.lora.layers import LoRAContext, wrap_lora_layers
 from gdserve.lora.manager import LoRAManager
 from gdserve.lora.request import LoRARequest
-from gdserve.models.loader import load_eos_token_ids, load_model, load_tokenizer, resolve_model, source_gguf
+from gdserve.models.loader import load_eos_token_ids, load_tokenizer, resolve_model
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import SamplingParams
 
@@ -76,13 +79,22 @@ class PendingSample:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
+        # Tensor parallelism: this process is rank 0 and runs its shard; the executor starts the
+        # other ranks, which load theirs meanwhile, and runs every ModelRunner call on all of them.
+        self.executor = MultiprocExecutor(config) if config.tensor_parallel_size > 1 else None
+        try:
+            self._init(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def _init(self, config: EngineConfig) -> None:
         self.config = config
         self.device, self.dtype = config.torch_device(), config.torch_dtype()
         self.kv_cache_dtype = config.torch_kv_cache_dtype()
-        torch.manual_seed(config.seed)
+        self.guided: GuidedDecoder | None = None
         path = resolve_model(config.model)
-        self.model, self.model_config = load_model(path, self.dtype, self.device, config.load_format,
-                                                     config.quantization, source_gguf(config.model))
+        self.model, self.model_config = load_shard(config, self.device)
         self.lora, lora_context = None, None
         if config.enable_lora:
             lora_context, layers = wrap_lora_layers(self.model, config.max_loras, config.max_lora_rank,
@@ -98,8 +110,7 @@ class LLMEngine:
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
-        self.runner = ModelRunner(self.model, self.model_config, num_blocks, config.block_size,
-                                  self.device, self.kv_cache_dtype, lora_context)
+        self.runner = self._new_runner(num_blocks, lora_context)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
         if self.device.type == "cuda":
@@ -257,7 +268,20 @@ class LLMEngine:
                 or bool(self._failed))
 
     def close(self) -> None:
-        self.guided.close()
+        """Stop the compile workers and the tensor-parallel ranks. Idempotent."""
+        if getattr(self, "guided", None) is not None:
+            self.guided.close()
+        if self.executor is not None:
+            self.executor.shutdown()
+
+    def _new_runner(self, num_blocks: int, lora_context: LoRAContext | None = None) -> ModelRunner:
+        """A ModelRunner over num_blocks KV blocks: rank 0's, whose calls run on every rank,
+        with tensor parallelism."""
+        if self.executor is None:
+            return ModelRunner(self.model, self.model_config, num_blocks, self.config.block_size,
+                               self.device, self.kv_cache_dtype, lora_context)
+        return self.executor.init_runner(self.model, self.model_config, num_blocks, self.config.block_size,
+                                         self.kv_cache_dtype)
 
     def stats(self) -> EngineStats:
         kv = self.kv_cache
@@ -306,6 +330,8 @@ class LLMEngine:
             self._run_batch(batch, outputs, self._lora_slots(batch))
         except Exception as e:
             self._fail_step(in_flight, e)
+            if isinstance(e, EngineDeadError):
+                raise
         return outputs + self._take_failed()
 
     def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput], lora_slots: list[int] | None) -> None:
@@ -548,8 +574,7 @@ class LLMEngine:
         num_tokens, max_len, bs = self.config.max_num_batched_tokens, self.max_model_len, self.config.block_size
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        runner = ModelRunner(self.model, self.model_config, dummy_step_blocks(num_tokens, max_len, bs), bs,
-                             self.device, self.kv_cache_dtype)
+        runner = self._new_runner(dummy_step_blocks(num_tokens, max_len, bs))
         runner.dummy_step(num_tokens, max_len, num_sampled=self.config.max_num_seqs)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()

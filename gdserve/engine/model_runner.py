@@ -1,9 +1,12 @@
 """Owns the model and its KV cache; turns a scheduled batch into one forward pass."""
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
+from gdserve.distributed.communication_op import tensor_model_parallel_broadcast
+from gdserve.distributed.parallel_state import get_tensor_model_parallel_world_size
 from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.kernels.lora import LoRAMapping, add_lora
@@ -60,9 +63,32 @@ def _swap_runs(copies: list[tuple[int, int]]) -> Iterator[tuple[list[int], int, 
             start = end
 
 
+def kv_heads_per_rank(config: ModelConfig) -> int:
+    """KV heads in this rank's cache shard: a share of them, or one replicated head when there
+    are fewer KV heads than tensor-parallel ranks."""
+    return max(1, config.num_key_value_heads // get_tensor_model_parallel_world_size())
+
+
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of one KV block on this rank."""
     elem = torch.tensor([], dtype=dtype).element_size()
-    return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+    return 2 * config.num_hidden_layers * block_size * kv_heads_per_rank(config) * config.head_dim * elem
+
+
+@dataclass
+class StepInput:
+    """One step's forward as plain host data (each rank builds its device inputs from it; the
+    token ids, some of which may still be on rank 0's device, come from rank 0 through the
+    process group). Sequences are in the order attention wants: decodes first."""
+    block_tables: list[list[int]]
+    starts: list[int]             # each sequence's first new position
+    query_lens: list[int]         # its new tokens
+    logits_index: list[int]       # the flat token of each sampled row, in the caller's sample_rows order
+    token_slots: list[int] | None = None  # LoRA: each token's adapter slot (-1: none); None: no LoRA
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
 
 
 def _gemm_key(layer: torch.nn.Module) -> tuple:
@@ -81,8 +107,7 @@ class ModelRunner:
         self.lora_context = lora_context
         self.block_size = block_size
         self.device = device
-        shape = (2, config.num_hidden_layers, num_blocks, block_size,
-                 config.num_key_value_heads, config.head_dim)
+        shape = (2, config.num_hidden_layers, num_blocks, block_size, kv_heads_per_rank(config), config.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=kv_cache_dtype, device=device)
         attns = [m for m in model.modules() if isinstance(m, Attention)]
         for i, attn in enumerate(attns):
@@ -197,14 +222,23 @@ class ModelRunner:
         PLACEHOLDER is read from pending_token_ids (the last sampled batch, still on the device)
         at the sequence's pending_row. lora_slots: each sequence's adapter slot (-1: none).
         Nothing here waits for the device."""
-        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
-        input_ids, positions, meta, logits_index = self._prepare(order, seqs, num_new_tokens, sample_rows,
-                                                                 pending_token_ids)
+        step, input_ids = self.prepare_step(seqs, num_new_tokens, sample_rows, pending_token_ids, lora_slots)
+        return self.execute_step(step, input_ids)
+
+    @torch.inference_mode()
+    def execute_step(self, step: StepInput, input_ids: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The forward of a prepared step: the logits of its sampled rows (None on ranks other
+        than 0, which pass no input_ids and receive rank 0's)."""
+        if input_ids is None:
+            input_ids = torch.empty(step.num_tokens, dtype=torch.int64, device=self.device)
+        input_ids = tensor_model_parallel_broadcast(input_ids)
+        positions, meta = AttentionMetadata.build(step.block_tables, step.starts, step.query_lens,
+                                                  self.block_size, self.device)
+        logits_index = to_device(step.logits_index, torch.int64, self.device)
         if self.lora_context is not None:
-            slots = lora_slots or [-1] * len(seqs)
-            self._set_lora([slots[i] for i in order for _ in range(num_new_tokens[i])])
+            self._set_lora(step.token_slots)
         graphs = self.cuda_graphs
-        if graphs is not None and meta.num_decodes == len(seqs) <= graphs.max_batch:
+        if graphs is not None and meta.num_decodes == len(step.query_lens) <= graphs.max_batch:
             hidden = graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, meta)
@@ -230,16 +264,21 @@ class ModelRunner:
         hidden = self.model(input_ids, positions, meta).float()  # [T, hidden]
         return torch.nn.functional.normalize(hidden.mean(0), dim=0).cpu()
 
-    def _prepare(self, order: list[int], seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
-                 pending_token_ids: torch.Tensor | None):
+    def prepare_step(self, seqs: list[Sequence], num_new_tokens: list[int], sample_rows: list[int],
+                     pending_token_ids: torch.Tensor | None = None, lora_slots: list[int] | None = None
+                     ) -> tuple[StepInput, torch.Tensor]:
+        """The host side of execute: the step's StepInput and its token ids on the device."""
         # Attention wants single-token sequences first (sorted by context length, which lets it
         # group them with little padding: `order`); logits_index maps the caller's sample_rows to tokens.
+        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
+        token_slots = None
+        if self.lora_context is not None:
+            slots = lora_slots or [-1] * len(seqs)
+            token_slots = [slots[i] for i in order for _ in range(num_new_tokens[i])]
         seqs = [seqs[i] for i in order]
         num_new_tokens = [num_new_tokens[i] for i in order]
         starts = [s.num_computed_tokens for s in seqs]
         input_ids = [t for s, start, n in zip(seqs, starts, num_new_tokens) for t in s.token_ids[start:start + n]]
-        positions, meta = AttentionMetadata.build([s.block_table for s in seqs], starts, num_new_tokens,
-                                                  self.block_size, self.device)
         last_index = [0] * len(order)  # in the caller's order
         pending = []                   # (flat index, pending_row) of inputs still on the device
         for i, seq, n, end in zip(order, seqs, num_new_tokens, itertools.accumulate(num_new_tokens)):
@@ -251,5 +290,6 @@ class ModelRunner:
             flat, rows = zip(*pending)
             input_ids[to_device(flat, torch.int64, self.device)] = \
                 pending_token_ids[to_device(rows, torch.int64, self.device)]
-        logits_index = to_device([last_index[i] for i in sample_rows], torch.int64, self.device)
-        return input_ids, positions, meta, logits_index
+        step = StepInput([s.block_table for s in seqs], starts, num_new_tokens,
+                         [last_index[i] for i in sample_rows], token_slots)
+        return step, input_ids

@@ -5,8 +5,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from gdserve.distributed.communication_op import tensor_model_parallel_all_reduce
 from gdserve.kernels.fp8_gemm import fp8_gemm
 from gdserve.kernels.quant import quant_fp8_rowwise
+from gdserve.layers.linear import RowParallelLinear
 
 # fp8: quantized after loading (here). awq, gptq, gguf: loaded packed from a checkpoint in that
 # format (gdserve.quant, PackedLinear)
@@ -44,6 +46,13 @@ class Fp8Linear(nn.Module):
         return out if self.bias is None else out + self.bias
 
 
+class Fp8RowParallelLinear(Fp8Linear):
+    """A RowParallelLinear in fp8: the same all-reduce after the GEMM (the bias is rank 0's alone)."""
+
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        return tensor_model_parallel_all_reduce(super().forward(x))
+
+
 def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] = ()) -> None:
     """Replace, in place, every nn.Linear of model that is not in skip."""
     check_method(method)
@@ -56,7 +65,7 @@ def quantize_linears(model: nn.Module, method: str, skip: tuple[nn.Module, ...] 
     for _, name, linear in targets:  # all checked before any is replaced
         _check_fp8_shape(name, linear)
     for parent, name, linear in targets:
-        setattr(parent, name, Fp8Linear(linear))
+        setattr(parent, name, (Fp8RowParallelLinear if isinstance(linear, RowParallelLinear) else Fp8Linear)(linear))
 
 
 def check_method(method: str) -> None:

@@ -33,6 +33,18 @@ class ModelConfig:
         max_model_len here."""
         return min(self.max_position_embeddings, self.sliding_window or self.max_position_embeddings)
 
+    def check_tensor_parallel(self, size: int) -> None:
+        """Refuse a tensor_parallel_size that does not split this model's heads and sizes evenly."""
+        problems = [f"{n} {what}" for n, what in ((self.num_attention_heads, "attention heads"),
+                                                  (self.intermediate_size, "MLP features (intermediate_size)"))
+                    if n % size]
+        kv = self.num_key_value_heads
+        if kv % size and size % kv:
+            problems.append(f"{kv} KV heads (neither divisible by it nor dividing it)")
+        if problems:
+            raise ValueError(f"{self.architecture}: tensor_parallel_size {size} does not divide the model's "
+                             + ", ".join(problems))
+
     @classmethod
     def from_hf(cls, hf: Any) -> "ModelConfig":
         """From a transformers config (4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""

@@ -3,16 +3,18 @@ Tokens are flat ([T], no batch dim); attention goes through the paged KV cache."
 from collections.abc import Callable, Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gdserve.layers.activation import SiluAndMul
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.kernels.packed_gemm import PackedWeight
+from gdserve.layers.checkpoint import CheckpointTensor, default_weight_loader
+from gdserve.layers.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from gdserve.layers.norm import RMSNorm
 from gdserve.layers.packed_linear import PackedLinear, pack_linears
 from gdserve.layers.quantization import Fp8Linear, quantize_linears
 from gdserve.layers.rotary import RotaryEmbedding, apply_rotary
+from gdserve.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from gdserve.models.config import ModelConfig
 
 # Our fused projection -> the HF checkpoint projections stacked in it, in order.
@@ -20,29 +22,20 @@ FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj
 SHARD_OF = {hf: (fused, i) for fused, hfs in FUSED.items() for i, hf in enumerate(hfs)}
 
 
-class MergedLinear(nn.Linear):
-    """Several projections of the same input stacked on the output dim: one matmul."""
-
-    def __init__(self, in_features: int, shard_sizes: list[int], bias: bool):
-        super().__init__(in_features, sum(shard_sizes), bias=bias)
-        self.shard_sizes = shard_sizes
-
-    def shard(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
-        """The rows of this layer's weight or bias that belong to shard `index`."""
-        return tensor.narrow(0, sum(self.shard_sizes[:index]), self.shard_sizes[index])
-
-
 class LlamaAttention(nn.Module):
+    """This rank's heads (all of them on one device): q, k, v column-parallel by head, o_proj
+    row-parallel."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_dim, config.num_attention_heads,
+                                          config.num_key_value_heads, bias=config.attention_bias)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = MergedLinear(config.hidden_size, [self.q_size, self.kv_size, self.kv_size],
-                                     bias=config.attention_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
+        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size,
+                                        bias=config.o_proj_bias)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim,
                               scale=self.head_dim ** -0.5)
 
@@ -60,8 +53,8 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         inter = config.intermediate_size
-        self.gate_up_proj = MergedLinear(config.hidden_size, [inter, inter], bias=config.mlp_bias)
-        self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
+        self.gate_up_proj = ColumnParallelLinear(config.hidden_size, [inter, inter], bias=config.mlp_bias)
+        self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=config.mlp_bias)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +84,7 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
                                           config.rope_theta, config.rope_scaling)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
@@ -114,7 +107,7 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(config)
         # Tied: the embedding module itself, so the tie survives to_empty() and .to().
         self.lm_head = (self.model.embed_tokens if config.tie_word_embeddings
-                        else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+                        else ParallelLMHead(config.vocab_size, config.hidden_size))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
@@ -172,13 +165,14 @@ class LlamaForCausalLM(nn.Module):
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from None
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> [N, vocab] float32"""
-        return F.linear(hidden, self.lm_head.weight).float()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """[N, hidden] -> [N, vocab] float32 (None on tensor-parallel ranks other than 0)"""
+        return self.lm_head.compute_logits(hidden)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named checkpoint tensors in (cast to our dtype and device); every expected
-        name must come exactly once and no other."""
+    def load_weights(self, weights: Iterable[tuple[str, CheckpointTensor]]) -> None:
+        """Copy HF-named checkpoint tensors in (cast to our dtype and device), each layer taking
+        its tensor-parallel shard of them (a lazy slice is read only there); every expected name
+        must come exactly once and no other."""
         expected = self._checkpoint_names()
         loaded: set[str] = set()
         for name, tensor in weights:
@@ -190,12 +184,10 @@ class LlamaForCausalLM(nn.Module):
                 raise ValueError(f"unexpected weight {name!r} for {self.config.architecture}")
             if name in loaded:
                 raise ValueError(f"weight {name!r} appears twice in the checkpoint")
-            target = self._target(name)
-            if target.shape != tensor.shape:
-                raise ValueError(f"weight {name!r}: checkpoint shape {tuple(tensor.shape)}, "
-                                 f"model expects {tuple(target.shape)}")
-            with torch.no_grad():
-                target.copy_(tensor)
+            try:
+                self._load_one(name, tensor)
+            except ValueError as e:
+                raise ValueError(f"weight {name!r}: {e}") from None
             loaded.add(name)
         missing = sorted(expected - loaded)
         if missing:
@@ -214,12 +206,26 @@ class LlamaForCausalLM(nn.Module):
                 names.add(name)
         return names
 
+    def _load_one(self, name: str, tensor: CheckpointTensor) -> None:
+        """Fill the parameter (or this rank's share of it, or of a fused one) that checkpoint
+        tensor `name` is for."""
+        module, param, index = self._locate(name)
+        loader = getattr(module, "weight_loader", None)
+        if loader is None:
+            default_weight_loader(param, tensor)
+        else:
+            loader(param, tensor, index)
+
     def _target(self, name: str) -> torch.Tensor:
-        """The parameter (or the slice of a fused one) that checkpoint tensor `name` fills."""
+        """The parameter (or the slice of a fused one) that checkpoint tensor `name` fills, on one
+        rank (the whole model)."""
+        module, param, index = self._locate(name)
+        return module.shard(param, index) if hasattr(module, "shard") else param
+
+    def _locate(self, name: str) -> tuple[nn.Module, torch.Tensor, int]:
+        """(module, parameter, projection index in a fused module) of checkpoint tensor `name`."""
         module_path, _, attr = name.rpartition(".")
         parent, _, leaf = module_path.rpartition(".")
-        if leaf not in SHARD_OF:
-            return self.get_parameter(name)
-        fused, index = SHARD_OF[leaf]
-        module = self.get_submodule(f"{parent}.{fused}")
-        return module.shard(getattr(module, attr), index)
+        fused, index = SHARD_OF.get(leaf, (leaf, 0))
+        module = self.get_submodule(f"{parent}.{fused}" if parent else fused)
+        return module, getattr(module, attr), index

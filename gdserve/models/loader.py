@@ -14,6 +14,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from gdserve.distributed.parallel_state import get_tensor_model_parallel_world_size
+from gdserve.layers.checkpoint import CheckpointTensor
 from gdserve.layers.quantization import check_method
 from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
@@ -117,7 +119,8 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     QUANTIZATIONS): "fp8" quantizes the loaded weights; "awq" / "gptq" (also found in config.json's
     quantization_config) and "gguf" (the weights then come from gguf_file, the model's source)
     keep the checkpoint's linear layers packed; with "dummy", random weights are quantized by
-    round-to-nearest into the packed layout."""
+    round-to-nearest into the packed layout. In a tensor-parallel group (gdserve.distributed) the
+    model is this rank's shard, and each rank reads only its slices of the checkpoint."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format {load_format!r}: expected one of {', '.join(LOAD_FORMATS)}")
     if quantization is not None:
@@ -129,6 +132,11 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     if quantization == "fp8":
         _check_fp8(torch.device(device))
     config = ModelConfig.from_hf(hf_config)
+    tp_size = get_tensor_model_parallel_world_size()
+    config.check_tensor_parallel(tp_size)
+    if method is not None and tp_size > 1:
+        raise ValueError(f"packed {method} weights with tensor_parallel_size {tp_size} are not supported "
+                         "yet: serve them on one device, or use unquantized or fp8 weights")
     if method is not None:
         quant = packed_quant_config(method, quant_config, load_format)
         return _load_packed(path, config, dtype, device, quant, gguf_file).eval(), config
@@ -136,7 +144,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     if load_format == "dummy":
         _init_dummy(model)
     else:
-        model.load_weights(_safetensors_weights(path))
+        model.load_weights(_safetensors_weights(path, lazy=tp_size > 1))
     if quantization is not None:
         model.quantize(quantization)
     return model.eval(), config
@@ -187,14 +195,16 @@ def _build(config: ModelConfig, dtype: torch.dtype, device: str | torch.device,
     return model
 
 
-def _safetensors_weights(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def _safetensors_weights(path: Path, lazy: bool = False) -> Iterator[tuple[str, CheckpointTensor]]:
+    """Each tensor by name; lazy: as a slice that reads only the part indexed (valid until the
+    next one is taken)."""
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {path}")
     for file in files:
         with safe_open(file, framework="pt", device="cpu") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                yield name, f.get_slice(name) if lazy else f.get_tensor(name)
 
 
 @torch.no_grad()

@@ -82,3 +82,21 @@ def test_a_checkpoint_quantized_ahead_of_time_is_refused_naming_the_way_to_quant
         ModelConfig.from_hf(hf)
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128}
     assert ModelConfig.from_hf(LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"], quantization_config=awq))
+
+
+@pytest.mark.parametrize("size,heads,kv_heads,message", [
+    (2, 9, 3, "tensor_parallel_size 2 does not divide the model's 9 attention heads, "
+              r"3 KV heads \(neither divisible by it nor dividing it\)"),
+    (8, 16, 4, None),    # fewer KV heads than ranks: each is replicated on 2 ranks
+    (4, 16, 8, None),
+    (3, 8, 2, "8 attention heads, 2 KV heads"),
+])
+def test_tensor_parallel_sizes_must_split_heads_and_features(size, heads, kv_heads, message):
+    config = ModelConfig.from_hf(LlamaConfig(**{**SMALL, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                                                "hidden_size": 16 * heads,
+                                                "intermediate_size": 96}, architectures=["LlamaForCausalLM"]))
+    if message is None:
+        config.check_tensor_parallel(size)
+    else:
+        with pytest.raises(ValueError, match=message):
+            config.check_tensor_parallel(size)

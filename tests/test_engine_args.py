@@ -1,0 +1,21 @@
+import argparse
+
+import pytest
+
+from gdserve.bench.throughput import add_throughput_parser
+from gdserve.engine_args import add_engine_args, engine_kwargs
+
+
+@pytest.mark.parametrize("flag", ["-tp", "--tensor-parallel-size"])
+def test_tensor_parallel_size_reaches_the_engine(flag):
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    assert engine_kwargs(parser.parse_args([flag, "2"]))["tensor_parallel_size"] == 2
+    assert engine_kwargs(parser.parse_args([]))["tensor_parallel_size"] == 1
+
+
+def test_bench_throughput_takes_tp():
+    parser = argparse.ArgumentParser()
+    add_throughput_parser(parser.add_subparsers())
+    args = parser.parse_args(["throughput", "-tp", "2"])
+    assert engine_kwargs(args)["tensor_parallel_size"] == 2
