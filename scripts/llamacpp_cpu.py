@@ -148,6 +148,7 @@ def measure(spec: ServerSpec, bench_argv: list[str], threads: int, logs: Path) -
     print(f"== {spec.name}: {' '.join(spec.argv)}", file=sys.stderr, flush=True)
     port = free_port()
     proc = start(spec, port, logs / f"{spec.name}.log", threads)
+    load_average = os.getloadavg()  # the machine is shared: what else ran beside this server
     try:
         result = run_serve_bench(parse_serve_bench_args(["--base-url", f"http://127.0.0.1:{port}/v1",
                                                          "--model", DEFAULT_MODEL, *bench_argv]))
@@ -155,7 +156,7 @@ def measure(spec: ServerSpec, bench_argv: list[str], threads: int, logs: Path) -
     finally:
         stop(proc)
     del result["command"], result["base_url"]
-    return {"server_command": " ".join(spec.argv), **result}
+    return {"server_command": " ".join(spec.argv), "load_average_at_start": load_average, **result}
 
 
 KEPT = ["output_throughput", "total_output_tokens", "completed", "failed", "duration_s", "median_ttft_ms",

@@ -136,7 +136,9 @@ async def _bench(args: argparse.Namespace, requests: list[dict]) -> dict:
     base = args.base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"}
     timeout = aiohttp.ClientTimeout(total=6 * 3600)
-    connector = aiohttp.TCPConnector(limit=0)  # the semaphore, not the pool, bounds concurrency
+    # The semaphore, not the pool, bounds concurrency. A connection per request: llama.cpp's server
+    # closes a connection after a streamed response, and a request sent on it is lost.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
         model = args.model or await _first_model(session, base)
         url = f"{base}/completions"
