@@ -49,7 +49,7 @@ gpu-carry: setup
 bench: setup
 	$(VENV)/bin/gdserve bench throughput --output bench-results/throughput.json
 
-# llama.cpp's server for scripts/llamacpp_cpu.py, built for this CPU (~15 min on 2 cores) from the
+# llama.cpp's server for scripts/llamacpp_cpu.py, built for this CPU (15–30 min on 2 cores) from the
 # llama.cpp that llama-cpp-python's sdist vendors: no torch, no prebuilt binary, no web UI download.
 LLAMA_CPP_PYTHON ?= 0.3.36
 LLAMA_DIR := build/llama.cpp

@@ -4,8 +4,7 @@ the same `gdserve bench serve` load: `gdserve serve` with the dense weights `--d
 `llama-server` on the same .gguf file. Each server is started, waited for on /health, loaded,
 measured (output tokens/s, TTFT, TPOT, its resident memory after the load) and stopped; the
 servers get the same threads, parallel sequences and KV cache tokens (one pool shared by the
-sequences). Writes one JSON with the
-figures and the ratios. Usage:
+sequences). Writes one JSON with the figures and the ratios. Usage:
 
     python scripts/llamacpp_cpu.py [--llama-server PATH] [--rounds N] [--output FILE]
 
@@ -34,7 +33,7 @@ from gdserve.bench.workloads import REPO_ROOT
 from gdserve.models.registry import ALIASES, DEFAULT_MODEL
 
 MAKE_TARGET_BINARY = REPO_ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
-INSTALL_HINT = ("build it with `make llama-server` (llama.cpp from llama-cpp-python's sdist, cmake, ~15 min "
+INSTALL_HINT = ("build it with `make llama-server` (llama.cpp from llama-cpp-python's sdist, cmake, 15-30 min "
                 f"on 2 cores, into {MAKE_TARGET_BINARY.relative_to(REPO_ROOT)}), or pass --llama-server PATH "
                 "/ set $LLAMA_SERVER to a llama-server binary")
 # SmolLM2-135M: 30 layers, 3 KV heads of 64, 16-bit K and V (llama.cpp's f16, gdserve's bf16).
@@ -230,7 +229,8 @@ def _print(result: dict) -> None:
     print(f"{'server':15} {'tok/s':>8} {'tokens':>7} {'TTFT ms':>8} {'TPOT ms':>8} {'RSS MiB':>8}")
     for name, s in result["servers"].items():
         print(f"{name:15} {s['output_throughput']:8.1f} {s['total_output_tokens']:7.0f} {s['median_ttft_ms']:8.1f} "
-              f"{s['median_tpot_ms']:8.1f} {s['rss_mib']:8.1f}")
+              f"{s['median_tpot_ms']:8.1f} {s['rss_mib']:8.1f}"
+              + (f"  ({s['failed']:.0f} requests failed: see the JSON)" if s["failed"] else ""))
     for name, value in result["ratios"].items():
         print(f"{name}: {value:.3f}")
 
