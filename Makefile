@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The converted default model (GGUF -> safetensors) is cached here across runs.
 export GDSERVE_CACHE ?= $(HOME)/.cache/gdserve
 
-.PHONY: setup serve test test-gpu gpu-carry bench clean
+.PHONY: setup serve test test-gpu gpu-carry bench llama-server clean
 
 setup: $(VENV)/.installed
 
@@ -48,6 +48,23 @@ gpu-carry: setup
 
 bench: setup
 	$(VENV)/bin/gdserve bench throughput --output bench-results/throughput.json
+
+# llama.cpp's server for scripts/llamacpp_cpu.py, built for this CPU (15–30 min on 2 cores) from the
+# llama.cpp that llama-cpp-python's sdist vendors: no torch, no prebuilt binary, no web UI download.
+LLAMA_CPP_PYTHON ?= 0.3.36
+LLAMA_DIR := build/llama.cpp
+LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
+llama-server: $(LLAMA_DIR)/bin/llama-server
+
+$(LLAMA_DIR)/bin/llama-server:
+	mkdir -p $(LLAMA_DIR)/bin
+	$(PYTHON) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA_DIR)
+	tar xzf $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA_DIR)
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_DIR)/cmake -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+		-DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+	cmake --build $(LLAMA_DIR)/cmake --target llama-server -j2
+	cp $(LLAMA_DIR)/cmake/bin/llama-server $@
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -136,7 +136,9 @@ async def _bench(args: argparse.Namespace, requests: list[dict]) -> dict:
     base = args.base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"}
     timeout = aiohttp.ClientTimeout(total=6 * 3600)
-    connector = aiohttp.TCPConnector(limit=0)  # the semaphore, not the pool, bounds concurrency
+    # The semaphore, not the pool, bounds concurrency. A connection per request: llama.cpp's server
+    # closes a connection after a streamed response, and a request sent on it is lost.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
         model = args.model or await _first_model(session, base)
         url = f"{base}/completions"
@@ -157,7 +159,15 @@ async def _first_model(session, base: str) -> str:
         raise ValueError(f"cannot list the models at {base}/models: {e}") from None
 
 
-def cmd_serve_bench(args: argparse.Namespace) -> None:
+def parse_serve_bench_args(argv: list[str]) -> argparse.Namespace:
+    """`gdserve bench serve`'s flags from a list, with its defaults, for a script that drives the bench."""
+    parser = argparse.ArgumentParser(prog="gdserve bench")
+    add_serve_bench_parser(parser.add_subparsers(dest="bench", required=True))
+    return parser.parse_args(["serve", *argv])
+
+
+def run_serve_bench(args: argparse.Namespace) -> dict:
+    """Loads the server at args.base_url with the workload and returns the figures (printed too)."""
     requests = build_requests(args)
     offline = load_offline(Path(args.offline_result), args.workload, len(requests)) if args.offline_result else None
     print(f"{len(requests)} requests to {args.base_url} (rate {args.request_rate}/s, max concurrency "
@@ -171,6 +181,11 @@ def cmd_serve_bench(args: argparse.Namespace) -> None:
         result |= {"offline_output_throughput": offline,
                    "server_over_offline": result["output_throughput"] / offline}
     _print(result)
+    return result
+
+
+def cmd_serve_bench(args: argparse.Namespace) -> None:
+    result = run_serve_bench(args)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n")

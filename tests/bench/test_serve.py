@@ -8,7 +8,7 @@ import sys
 import aiohttp
 import pytest
 
-from gdserve.bench.serve import run_load
+from gdserve.bench.serve import parse_serve_bench_args, run_load, run_serve_bench
 from tests.engine.test_progress import fake_terminal
 from tests.entrypoints.openai.conftest import start_server, stop_server
 
@@ -49,6 +49,17 @@ def test_bench_serve_reports_vllm_metrics(server, tmp_path, load):
     assert 0 < r["mean_ttft_ms"] <= r["mean_e2el_ms"] <= r["duration_s"] * 1000
     assert 0 < r["median_tpot_ms"] and 0 < r["mean_itl_ms"] <= r["p99_itl_ms"]
     assert r["request_rate"] == ("inf" if "--max-concurrency" in load else 20.0)
+
+
+def test_run_serve_bench_from_a_script(server, capsys):
+    args = parse_serve_bench_args(["--base-url", f"{server.url}/v1", "--model", server.model, "--num-requests", "3",
+                                   "--vocab-size", "259", "--max-prompt-len", "40", "--max-output-len", "5",
+                                   "--max-concurrency", "2"])
+    assert args.workload == "cpu" and args.output is None  # the command's defaults
+    r = run_serve_bench(args)
+    assert r["model"] == server.model and r["max_concurrency"] == 2
+    assert r["completed"] == 3 and r["total_output_tokens"] == 3 * 5
+    assert "request throughput" in capsys.readouterr().out
 
 
 def test_offline_ratio(server, tmp_path):
