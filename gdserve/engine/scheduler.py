@@ -89,10 +89,10 @@ class Scheduler:
     def _swap_in(self, batch: ScheduledBatch, budget: int) -> int:
         """Bring swapped-out sequences back, in arrival order, while blocks, seats and adapters
         allow; returns the budget left."""
-        loras = {s.lora_int_id for s in self.running if s.lora_int_id}
+        loras = self._running_loras()
         while self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.swapped[0]
-            if seq.lora_int_id and seq.lora_int_id not in loras and len(loras) >= self.max_loras:
+            if self._exceeds_max_loras(seq, loras):
                 break
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             copies = self.kv_cache.swap_in(seq, num_new)
@@ -105,25 +105,20 @@ class Scheduler:
                 continue
             self.swapped.popleft()
             batch.blocks_to_swap_in += copies
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            batch.seqs.append(seq)
-            batch.num_new_tokens.append(num_new)
+            self._start_running(seq, num_new, batch, loras)
             budget -= num_new
-            if seq.lora_int_id:
-                loras.add(seq.lora_int_id)
         return budget
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         """FCFS, except that a sequence whose adapter would exceed max_loras waits (keeping its
         place) while those behind it go in."""
-        loras = {s.lora_int_id for s in self.running if s.lora_int_id}
+        loras = self._running_loras()
         held_back: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.leader is not None and not seq.leader.is_prefilled and not seq.leader.is_finished:
                 break  # its prompt blocks are about to be cached by the leader: wait for them
-            if seq.lora_int_id and seq.lora_int_id not in loras and len(loras) >= self.max_loras:
+            if self._exceeds_max_loras(seq, loras):
                 held_back.append(self.waiting.popleft())
                 continue
             computed = self.kv_cache.get_computed_blocks(seq)
@@ -135,14 +130,23 @@ class Scheduler:
             seq.num_computed_tokens = num_cached
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_cached
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            batch.seqs.append(seq)
-            batch.num_new_tokens.append(num_new)
+            self._start_running(seq, num_new, batch, loras)
             budget -= num_new
-            if seq.lora_int_id:
-                loras.add(seq.lora_int_id)
         self.waiting.extendleft(reversed(held_back))
+
+    def _running_loras(self) -> set[int]:
+        return {s.lora_int_id for s in self.running if s.lora_int_id}
+
+    def _exceeds_max_loras(self, seq: Sequence, loras: set[int]) -> bool:
+        return bool(seq.lora_int_id) and seq.lora_int_id not in loras and len(loras) >= self.max_loras
+
+    def _start_running(self, seq: Sequence, num_new: int, batch: ScheduledBatch, loras: set[int]) -> None:
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        batch.seqs.append(seq)
+        batch.num_new_tokens.append(num_new)
+        if seq.lora_int_id:
+            loras.add(seq.lora_int_id)
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.running.remove(seq)

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from gdserve.engine.kv_cache_manager import KVCacheManager
-from gdserve.engine.request import SequenceStatus
+from gdserve.engine.request import Sequence, SequenceStatus
 from gdserve.engine.scheduler import Scheduler
 from tests.engine.helpers import fake_step, make_seq
 
@@ -118,12 +118,19 @@ def run_to_end(s: Scheduler) -> list:
     return batches
 
 
-def test_swap_preemption_keeps_computed_tokens_and_copies_blocks_out_and_back():
-    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=8)
+def two_growing(num_swap_blocks: int) -> tuple[Scheduler, Sequence, Sequence]:
+    """Four blocks of 4 tokens, after one step: a holds 2 (+1 token) and b 2 (8 tokens now), so
+    the next step preempts b, the newest, for a's third block."""
+    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=num_swap_blocks)
     a, b = make_seq(range(8), "a", max_tokens=6), make_seq(range(20, 27), "b", max_tokens=6)
     for q in (a, b):
         s.add(q)
-    fake_step(s)                      # a: 2 blocks (+1 token), b: 2 blocks (8 tokens now)
+    fake_step(s)
+    return s, a, b
+
+
+def test_swap_preemption_keeps_computed_tokens_and_copies_blocks_out_and_back():
+    s, a, b = two_growing(num_swap_blocks=8)
     b_blocks = list(b.block_table)
     batch = fake_step(s)              # a needs a third block: b (newest) is swapped out
     assert batch.preempted == [b] and batch.swapped_out == [b] and b.status == SequenceStatus.SWAPPED
@@ -141,12 +148,8 @@ def test_swap_preemption_keeps_computed_tokens_and_copies_blocks_out_and_back():
 
 
 def test_swapped_sequences_come_back_before_new_ones_are_admitted():
-    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=8)
-    a, b = make_seq(range(8), "a", max_tokens=6), make_seq(range(20, 27), "b", max_tokens=6)
+    s, a, b = two_growing(num_swap_blocks=8)
     late = make_seq(range(40, 43), "late", max_tokens=2)
-    for q in (a, b):
-        s.add(q)
-    fake_step(s)
     s.add(late)
     fake_step(s)                      # b swapped out; late may not jump ahead of it
     while b.status == SequenceStatus.SWAPPED:
@@ -158,11 +161,7 @@ def test_swapped_sequences_come_back_before_new_ones_are_admitted():
 
 
 def test_a_full_swap_space_falls_back_to_recompute():
-    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=1)
-    a, b = make_seq(range(8), "a", max_tokens=6), make_seq(range(20, 27), "b", max_tokens=6)
-    for q in (a, b):
-        s.add(q)
-    fake_step(s)
+    s, a, b = two_growing(num_swap_blocks=1)
     batch = fake_step(s)              # b holds 2 blocks, the swap space 1: recompute
     assert batch.preempted == [b] and batch.swapped_out == [] and not batch.blocks_to_swap_out
     assert list(s.waiting) == [b] and b.num_computed_tokens == 0 and s.num_swap_outs == 0
@@ -233,11 +232,7 @@ def test_swapping_with_shared_prefixes_always_finishes_and_frees_everything(seed
 
 
 def test_finishing_a_swapped_sequence_frees_its_swap_blocks():
-    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=8)
-    a, b = make_seq(range(8), "a", max_tokens=6), make_seq(range(20, 27), "b", max_tokens=6)
-    for q in (a, b):
-        s.add(q)
-    fake_step(s)
+    s, a, b = two_growing(num_swap_blocks=8)
     fake_step(s)
     assert b.status == SequenceStatus.SWAPPED
     s.finish(b)
@@ -247,11 +242,7 @@ def test_finishing_a_swapped_sequence_frees_its_swap_blocks():
 
 
 def test_swap_in_takes_blocks_still_in_the_prefix_cache_without_copying():
-    s = make_scheduler(num_blocks=4, block_size=4, num_swap_blocks=8)
-    a, b = make_seq(range(8), "a", max_tokens=6), make_seq(range(20, 27), "b", max_tokens=6)
-    for q in (a, b):
-        s.add(q)
-    fake_step(s)
+    s, a, b = two_growing(num_swap_blocks=8)
     batch = fake_step(s)
     full = b.swapped_blocks[0]                 # b's first block was full: still cached when freed
     s.finish(a)                                # room again, and nothing evicted b's cached block
