@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-SHAPE = dict(vocab_size=259, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-             num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512)
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "List three colors:", "Water boils at"]
 ADAPTERS = [dict(r=8, alpha=16, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                 "down_proj")),
@@ -32,11 +30,12 @@ def main() -> int:
 
     from gdserve import LLM, SamplingParams
     from gdserve.lora import LoRARequest
-    from tests.helpers import save_byte_tokenizer, save_merged_model, save_peft_adapter, save_random_hf_model
+    from tests.helpers import (SMALL_LLAMA, save_byte_tokenizer, save_merged_model, save_peft_adapter,
+                               save_random_hf_model)
 
     root = Path(tempfile.mkdtemp(prefix="lora-gpu-"))
     base_dir = root / "base"
-    base = save_random_hf_model(LlamaConfig(**SHAPE, architectures=["LlamaForCausalLM"]), base_dir)
+    base = save_random_hf_model(LlamaConfig(**SMALL_LLAMA, architectures=["LlamaForCausalLM"]), base_dir)
     save_byte_tokenizer(base_dir)
     loras = []
     for i, spec in enumerate(ADAPTERS):

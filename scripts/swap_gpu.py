@@ -17,9 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-SHAPE = dict(vocab_size=259, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-             num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512)
-
 
 def main() -> int:
     import torch
@@ -29,10 +26,10 @@ def main() -> int:
     from transformers import LlamaConfig
 
     from gdserve import LLM, SamplingParams
-    from tests.helpers import save_byte_tokenizer, save_random_hf_model
+    from tests.helpers import SMALL_LLAMA, save_byte_tokenizer, save_random_hf_model
 
     model_dir = Path(tempfile.mkdtemp(prefix="swap-gpu-")) / "m"
-    save_random_hf_model(LlamaConfig(**SHAPE, architectures=["LlamaForCausalLM"]), model_dir)
+    save_random_hf_model(LlamaConfig(**SMALL_LLAMA, architectures=["LlamaForCausalLM"]), model_dir)
     save_byte_tokenizer(model_dir)
     rng = random.Random(0)
     prompts = [{"prompt_token_ids": [rng.randrange(3, 259) for _ in range(rng.randint(8, 120))]} for _ in range(24)]

@@ -17,6 +17,9 @@ from gdserve.models.llama import LlamaForCausalLM
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TINY_LLAMA = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+# The GPU scripts' random GQA Llama: big enough for the Triton kernels' tiles, small enough to load at once.
+SMALL_LLAMA = dict(vocab_size=259, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                   num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512)
 
 
 def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:

@@ -130,18 +130,23 @@ def test_bad_constraint_raises_naming_the_problem_and_others_still_run(llm):
     assert_no_leaks(llm)
 
 
-def test_guided_survives_preemption(smollm2_dir):
+@pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
+def test_guided_survives_preemption(smollm2_dir, preemption_mode):
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                                "age": {"type": "integer", "minimum": 0, "maximum": 120}},
               "required": ["name", "age"], "additionalProperties": False}
     # 8 blocks of 16 tokens: two ~50-token prompts fill most of it, so growing sequences preempt.
-    small = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=8 * 737280, block_size=16, max_model_len=128)
+    small = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=8 * 737280, block_size=16, max_model_len=128,
+                preemption_mode=preemption_mode, swap_space=64 * 737280 / (1 << 30))
     prompts = [chat_ids(small, f"Describe person number {i} as JSON.") for i in range(6)]
     outs = small.generate(prompts, json_params(schema, 64))
     assert small.engine.scheduler.num_preemptions > 0
+    assert (small.engine.scheduler.num_swap_outs > 0) == (preemption_mode == "swap")
     for out in outs:
         jsonschema.validate(json.loads(out.outputs[0].text), schema)
     assert_no_leaks(small)
+    swap = small.engine.kv_cache.swap_space
+    assert swap.num_free_blocks == swap.num_blocks and not small.engine.scheduler.swapped
     small.engine.close()
 
 

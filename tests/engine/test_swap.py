@@ -1,8 +1,5 @@
 """Swap preemption end to end on the CPU: a KV cache too small for the batch, preempted sequences
 swapped to CPU memory and back, against recompute and an unpreempted run."""
-import json
-
-import jsonschema
 import pytest
 import torch
 from transformers import AutoConfig
@@ -11,9 +8,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.engine import model_runner
 from gdserve.engine.model_runner import kv_cache_bytes_per_block
 from gdserve.models.config import ModelConfig
-from tests.engine.test_guided import json_params
 from tests.engine.test_llm import assert_no_leaks, greedy
-from tests.helpers import chat_ids
 
 
 @pytest.fixture(scope="module")
@@ -94,24 +89,6 @@ def test_an_fp8_kv_cache_swaps_its_bytes_unchanged(tiny_llama_dir, prompts):
         assert llm.engine.scheduler.num_preemptions > 0
         assert_no_leaks(llm)
     assert outs["swap"] == outs["recompute"]
-
-
-def test_guided_requests_stay_valid_through_swapping(smollm2_dir):
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
-                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-              "required": ["name", "age"], "additionalProperties": False}
-    per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(smollm2_dir)), 16,
-                                         torch.float32)
-    llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=8 * per_block, block_size=16, max_model_len=128,
-              preemption_mode="swap", swap_space=64 * per_block / (1 << 30))
-    prompts = [chat_ids(llm, f"Describe person number {i} as JSON.") for i in range(6)]
-    outs = llm.generate(prompts, json_params(schema, 64))
-    assert llm.engine.scheduler.num_swap_outs > 0
-    for out in outs:
-        jsonschema.validate(json.loads(out.outputs[0].text), schema)
-    assert_no_leaks(llm)
-    assert_swap_space_free(llm)
-    llm.engine.close()
 
 
 @pytest.mark.parametrize("kwargs,message", [
