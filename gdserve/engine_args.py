@@ -16,7 +16,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                              "gguf: the checkpoint's quantized linear layers stay packed (awq and gptq are "
                              "also found in config.json; gguf needs a .gguf model)")
     parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int,
+                        help="sequences in the running batch (default: sized from the KV cache, 256 to 1024)")
     parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (default: 8192 on CUDA, 2048 on CPU)")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-memory", type=int, default=1 << 30, help="KV cache bytes (CPU)")

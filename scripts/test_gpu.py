@@ -272,18 +272,19 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
 TOKENIZER = ROOT / "build" / "tokenizer"  # the default model's tokenizer files (`make gpu-carry`)
 
 
-def save_model_dir(path: Path, num_layers: int, tokenizer: Path | None = None) -> None:
+def save_model_dir(path: Path, num_layers: int, tokenizer: Path | None = None,
+                   vocab_size: int = LLAMA3_8B["vocab_size"]) -> None:
     """config.json (Llama-3-8B shape, fewer layers) and a tokenizer spanning the vocab (the engine
     decodes every id it samples): the files in `tokenizer` (a saved tokenizer of that vocab size,
-    SmolLM2's from `make gpu-carry`), else a synthetic byte-level one of 1- and 2-byte tokens."""
+    SmolLM2's from `make gpu-carry`), else a synthetic byte-level one of 1- to 3-byte tokens."""
     from transformers import AutoTokenizer, LlamaConfig
-    LlamaConfig(**LLAMA3_8B, num_hidden_layers=num_layers).save_pretrained(path)
+    LlamaConfig(**{**LLAMA3_8B, "vocab_size": vocab_size}, num_hidden_layers=num_layers).save_pretrained(path)
     if tokenizer is None:
-        save_byte_pair_tokenizer(path)
+        save_byte_pair_tokenizer(path, vocab_size)
         return
     saved = AutoTokenizer.from_pretrained(tokenizer)
-    if len(saved) != LLAMA3_8B["vocab_size"]:
-        raise SystemExit(f"{tokenizer}: {len(saved)} tokens, the model's vocab is {LLAMA3_8B['vocab_size']}")
+    if len(saved) != vocab_size:
+        raise SystemExit(f"{tokenizer}: {len(saved)} tokens, the model's vocab is {vocab_size}")
     saved.save_pretrained(path)
 
 
@@ -299,14 +300,17 @@ def tokenizer_arg(argv: list[str]) -> Path | None:
     return Path(value)
 
 
-def save_byte_pair_tokenizer(path: Path) -> None:
-    """Byte-level BPE over the 256 bytes and then byte pairs, up to the vocab size (no merges)."""
+def save_byte_pair_tokenizer(path: Path, vocab_size: int = LLAMA3_8B["vocab_size"]) -> None:
+    """Byte-level BPE over the 256 bytes, then byte pairs, then byte triples, up to the vocab
+    size (no merges)."""
+    import itertools
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    pairs = (a + b for a in alphabet for b in alphabet)
-    tokens = specials + alphabet + [next(pairs) for _ in range(LLAMA3_8B["vocab_size"] - 3 - len(alphabet))]
+    longer = itertools.chain(map("".join, itertools.product(alphabet, repeat=2)),
+                             map("".join, itertools.product(alphabet, repeat=3)))
+    tokens = specials + alphabet + list(itertools.islice(longer, vocab_size - len(specials) - len(alphabet)))
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gdserve.config import EngineConfig, cpu_has_native_bf16
+from gdserve.config import EngineConfig, cpu_has_native_bf16, default_max_num_seqs
 
 
 def test_auto_dtype_follows_the_cpus_bf16_support(monkeypatch):
@@ -53,3 +53,19 @@ def test_compile_workers_default_to_the_usable_cores_less_one_capped(monkeypatch
 def test_tensor_parallel_combinations_not_supported_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kv_tokens, budget, seats", [
+    (23_000, 2048, 256),          # the CPU's default 1 GiB cache of the default model
+    (600_000, 8192, 585),         # a seat per 1,024 tokens in between
+    (1_700_000, 8192, 1024),      # an 8B model's fp8 cache on an H200: capped
+    (1_700_000, 512, 512),        # no more seats than a step has tokens
+])
+def test_default_max_num_seqs_follows_the_kv_cache(kv_tokens, budget, seats):
+    assert default_max_num_seqs(kv_tokens, budget) == seats
+
+
+def test_max_num_seqs_is_left_to_the_engine_or_checked():
+    assert EngineConfig(device="cpu").max_num_seqs is None
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
+        EngineConfig(device="cpu", max_num_seqs=0)

@@ -18,28 +18,43 @@ class DatasetThroughput:
     num_requests: int
     total_prompt_tokens: int
     total_output_tokens: int
+    max_num_seqs: int  # the engine's seats, as given or as sized from its KV cache
 
     def fields(self) -> dict:
-        """vLLM's fields (elapsed_time ... tokens_per_second), then the token counts and output tokens/s."""
+        """vLLM's fields (elapsed_time ... tokens_per_second), then the token counts, output tokens/s
+        and the seats."""
         total = self.total_prompt_tokens + self.total_output_tokens
         return {"elapsed_time": self.elapsed_time, "num_requests": self.num_requests, "total_num_tokens": total,
                 "requests_per_second": self.num_requests / self.elapsed_time,
                 "tokens_per_second": total / self.elapsed_time,
                 "total_prompt_tokens": self.total_prompt_tokens, "total_output_tokens": self.total_output_tokens,
-                "output_tokens_per_second": self.total_output_tokens / self.elapsed_time}
+                "output_tokens_per_second": self.total_output_tokens / self.elapsed_time,
+                "max_num_seqs": self.max_num_seqs}
 
 
-def run_requests(requests: list[SampleRequest], model: str, engine_args: dict) -> DatasetThroughput:
-    """The engine, warmed, then the requests timed in one generate call (a progress bar on a terminal)."""
+def engine_inputs(requests: list[SampleRequest]) -> tuple[list[dict], list]:
+    """The prompts and sampling parameters of vLLM's throughput run: temperature 1.0, EOS ignored."""
     from gdserve import SamplingParams
     prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in requests]
     params = [SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=r.expected_output_len)
               for r in requests]
-    llm = warm_llm(model, engine_args, prompts)
-    run, outputs = timed_generate(llm, prompts, params)
-    llm.engine.close()
+    return prompts, params
+
+
+def measure(llm, requests: list[SampleRequest]) -> DatasetThroughput:
+    """The requests timed in one generate call on a warmed engine (a progress bar on a terminal)."""
+    run, outputs = timed_generate(llm, *engine_inputs(requests))
     return DatasetThroughput(run["seconds"], len(outputs), sum(o.num_prompt_tokens for o in outputs),
-                             sum(o.num_generated_tokens for o in outputs))
+                             sum(o.num_generated_tokens for o in outputs), llm.engine.config.max_num_seqs)
+
+
+def run_requests(requests: list[SampleRequest], model: str, engine_args: dict) -> DatasetThroughput:
+    """The engine, warmed, then measure."""
+    llm = warm_llm(model, engine_args, engine_inputs(requests)[0])
+    try:
+        return measure(llm, requests)
+    finally:
+        llm.engine.close()
 
 
 def print_throughput(r: dict) -> None:

@@ -47,6 +47,8 @@ class KVCacheManager:
         num_cached = len(computed_blocks) * self.block_size
         total = max(seq.num_computed_tokens, num_cached) + num_new_tokens
         num_needed = -(-total // self.block_size) - len(seq.block_table) - len(computed_blocks)
+        if num_needed <= 0 and not computed_blocks:  # most decode steps: the last block has room
+            return True
         num_reclaimed = sum(1 for b in computed_blocks if self.pool.blocks[b].ref_cnt == 0)
         if num_needed > self.pool.num_free_blocks - num_reclaimed:
             return False
@@ -58,9 +60,9 @@ class KVCacheManager:
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the blocks that seq's computed tokens have filled."""
-        if not self.enable_prefix_caching:
-            return
         num_full = seq.num_computed_tokens // self.block_size
+        if not self.enable_prefix_caching or num_full <= seq.num_registered_blocks:
+            return
         seq.update_block_hashes(self.block_size, hash_block)
         for i in range(seq.num_registered_blocks, num_full):
             self.pool.register(self.pool.blocks[seq.block_table[i]], *seq.block_hashes[i])

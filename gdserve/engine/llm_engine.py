@@ -9,6 +9,7 @@ in their RequestOutput, and the engine goes on with the other requests and new o
 import itertools
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdserve.config import EngineConfig
+from gdserve.config import MAX_DEFAULT_SEQS, EngineConfig, default_max_num_seqs
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.executor import MultiprocExecutor
@@ -110,6 +111,8 @@ class LLMEngine:
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
+        if config.max_num_seqs is None:
+            config.max_num_seqs = default_max_num_seqs(num_blocks * config.block_size, config.max_num_batched_tokens)
         self.runner = self._new_runner(num_blocks, lora_context)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)
@@ -211,7 +214,8 @@ class LLMEngine:
         if params.seed is not None:
             generator = torch.Generator(self.device).manual_seed(params.seed + index)
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens,
-                                             params.stop or [], params.include_stop_str_in_output)
+                                             params.stop or [], params.include_stop_str_in_output,
+                                             deferred=params.output_kind == "final_only")
         return Sequence(request_id, index, list(prompt_token_ids), len(prompt_token_ids), params,
                         max_tokens, detokenizer, generator, lora_request=lora_request,
                         extra_keys=(lora_request.lora_int_id,) if lora_request is not None else ())
@@ -404,10 +408,12 @@ class LLMEngine:
                     seq.token_ids.pop()
                 continue
             seq.token_ids[-1] = token_id
-            with self._guard(seq.request_id, "processing its sampled token"):
+            try:  # as _guard, without a context manager's cost per token
                 if logprobs is not None:
                     self._record_logprobs(seq, token_id, logprobs[row], top, row)
                 self._check_finished(seq, token_id)
+            except Exception:
+                self._request_failed(seq.request_id, "processing its sampled token")
             taken.append(seq)
         return self._collect_outputs(taken)
 
@@ -457,9 +463,14 @@ class LLMEngine:
         """One request's share of the step: an exception in it fails that request alone."""
         try:
             yield
-        except Exception as e:
-            logger.exception("request %s failed: %s raised", request_id, what)
-            self._fail(request_id, f"{what} failed ({type(e).__name__}); the engine log has the details")
+        except Exception:
+            self._request_failed(request_id, what)
+
+    def _request_failed(self, request_id: str, what: str) -> None:
+        """In an exception handler: fail the request whose `what` raised."""
+        error = sys.exc_info()[1]
+        logger.exception("request %s failed: %s raised", request_id, what)
+        self._fail(request_id, f"{what} failed ({type(error).__name__}); the engine log has the details")
 
     def _fail_step(self, seqs: list[Sequence], error: Exception) -> None:
         """The batch's shared work raised: fail the requests of these sequences (their tokens in
@@ -481,6 +492,8 @@ class LLMEngine:
                 continue
             if seq.token_ids[-1] == PLACEHOLDER:
                 seq.token_ids.pop()
+            if seq.detokenizer.deferred:
+                seq.text += seq.detokenizer.flush()
             seq.finish_reason = "error"
             self.scheduler.finish(seq)
         self._failed.append(request_id)
@@ -493,7 +506,8 @@ class LLMEngine:
     def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
         """Outputs of the requests these sequences belong to; a final_only request's only once
         it has finished."""
-        request_ids = dict.fromkeys(s.request_id for s in seqs)
+        request_ids = dict.fromkeys(s.request_id for s in seqs
+                                    if s.is_finished or s.params.output_kind == "cumulative")
         return [self._pop_output(r) for r in request_ids if self._wants_output(r)]
 
     def _wants_output(self, request_id: str) -> bool:
@@ -569,13 +583,14 @@ class LLMEngine:
 
     def _profile_cuda_budget(self) -> int:
         """gpu_memory_utilization x device memory, minus weights and the peak of the largest step
-        (a forward over the full token budget, its logits at max_num_seqs rows), run on a
-        throwaway cache just big enough for it."""
+        (a forward over the full token budget, its logits at max_num_seqs rows, or at as many as
+        the default may pick), run on a throwaway cache just big enough for it."""
         num_tokens, max_len, bs = self.config.max_num_batched_tokens, self.max_model_len, self.config.block_size
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         runner = self._new_runner(dummy_step_blocks(num_tokens, max_len, bs))
-        runner.dummy_step(num_tokens, max_len, num_sampled=self.config.max_num_seqs)
+        num_sampled = self.config.max_num_seqs or min(MAX_DEFAULT_SEQS, num_tokens)
+        runner.dummy_step(num_tokens, max_len, num_sampled=num_sampled)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         del runner

@@ -1,7 +1,7 @@
 """Batched sampling over the logits of the rows sampled this step.
 
 Order: logit_bias -> min_tokens masking -> penalties -> (logprobs) -> greedy argmax, or
-temperature -> top_k -> top_p -> min_p -> exponential-race sampling. A feature no row uses is None
+temperature -> top_k -> top_p -> min_p -> exponential-race sampling (in logs). A feature no row uses is None
 in the SamplingBatch and costs nothing, so an all-greedy batch is one argmax.
 """
 import itertools
@@ -36,7 +36,8 @@ class FrequencyPresencePenalty:
 @dataclass
 class SamplingBatch:
     sample_rows: torch.Tensor                # [S] rows sampled at random; the others take the argmax
-    temperature: torch.Tensor                # [S, 1]
+    all_sampled: bool                        # every row is (S == N): no argmax, no gather
+    temperature: torch.Tensor | None         # [S, 1]; None: 1.0 in every sampled row
     top_k: torch.Tensor | None               # [S] (vocab size where off); None: no row uses it
     max_top_k: int                           # largest top_k in use (0 if none)
     top_p: torch.Tensor | None               # [S] (1.0 where off)
@@ -61,7 +62,9 @@ class SamplingBatch:
         logprobs = [p.sampled_logprobs for p in params if p.sampled_logprobs is not None]
         return cls(
             sample_rows=_long(sampled, device),
-            temperature=_float([p.temperature for p in sp], device).unsqueeze(1),
+            all_sampled=len(sampled) == len(params),
+            temperature=(_float([p.temperature for p in sp], device).unsqueeze(1)
+                         if any(p.temperature != 1.0 for p in sp) else None),
             top_k=(_long([p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in sp], device)
                    if top_ks else None),
             max_top_k=max(top_ks, default=0),
@@ -177,9 +180,12 @@ class Sampler:
         # Logprobs describe the processed distribution before temperature and truncation
         # (what the model, with the request's biases and penalties, assigns to each token).
         logprobs = torch.log_softmax(logits, dim=-1) if batch.max_num_logprobs is not None else None
-        token_ids = logits.argmax(dim=-1)
-        if batch.sample_rows.numel():
-            token_ids[batch.sample_rows] = self.sample(logits[batch.sample_rows], batch)
+        if batch.all_sampled:
+            token_ids = self.sample(logits, batch)
+        else:
+            token_ids = logits.argmax(dim=-1)
+            if batch.sample_rows.numel():
+                token_ids[batch.sample_rows] = self.sample(logits[batch.sample_rows], batch)
         return SamplerOutput(token_ids, *_gather_logprobs(logprobs, token_ids, batch.max_num_logprobs))
 
     @staticmethod
@@ -201,19 +207,21 @@ class Sampler:
 
     @staticmethod
     def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        """logits: [S, V] of the sampled rows -> [S] token ids."""
-        logits = logits / batch.temperature
+        """logits: [S, V] of the sampled rows (overwritten) -> [S] token ids.
+        Exponential race: argmax(p_i / E_i), E_i ~ Exp(1), picks i with probability p_i / sum(p);
+        in logs, argmax(logit_i / T - log E_i), with no softmax (a pass over [S, V] saved on
+        each of the few the step makes) unless min_p needs the probabilities."""
+        if batch.temperature is not None:
+            logits.div_(batch.temperature)
         if batch.top_p is not None:
             logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
         elif batch.top_k is not None:
             logits = _top_k(logits, batch.top_k, batch.max_top_k)
-        probs = torch.softmax(logits, dim=-1)
         if batch.min_p is not None:
+            probs = torch.softmax(logits, dim=-1)
             top = probs.amax(dim=-1, keepdim=True)
-            probs = probs.masked_fill(probs < batch.min_p.unsqueeze(1) * top, 0.0)
-        # Exponential race: argmax(p_i / E_i), E_i ~ Exp(1), picks i with probability p_i / sum(p).
-        noise = _exponential_noise(probs, batch)
-        return (probs / noise).argmax(dim=-1)
+            logits = logits.masked_fill(probs < batch.min_p.unsqueeze(1) * top, float("-inf"))
+        return logits.sub_(_exponential_noise(logits, batch).log_()).argmax(dim=-1)
 
 
 def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:

@@ -135,6 +135,8 @@ class Scheduler:
         self.waiting.extendleft(reversed(held_back))
 
     def _running_loras(self) -> set[int]:
+        if not self.max_loras:  # no LoRA: skip a pass over the running batch each step
+            return set()
         return {s.lora_int_id for s in self.running if s.lora_int_id}
 
     def _exceeds_max_loras(self, seq: Sequence, loras: set[int]) -> bool:

@@ -160,6 +160,28 @@ def test_cuda_memory_profile_runs_the_largest_step(tiny_llama_dir, monkeypatch):
     assert steps == [(dummy_step_blocks(300, 128, 4), (300, 128), {"num_sampled": 16})]
 
 
+def test_unset_max_num_seqs_is_sized_from_the_kv_cache(tiny_llama_dir, monkeypatch):
+    """The seats follow the cache's capacity, and the GPU's memory profile samples as many rows
+    as the default could pick (stubbed as in the test above)."""
+    from gdserve.config import default_max_num_seqs
+    per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
+                                         4, torch.float32)
+    llm = LLM(str(tiny_llama_dir), dtype="float32", block_size=4, kv_cache_memory=200_000 * per_block,
+              max_num_batched_tokens=4096)
+    assert llm.engine.config.max_num_seqs == llm.engine.scheduler.max_num_seqs == 781
+    assert default_max_num_seqs(800_000, 4096) == 781
+    llm.engine.config.max_num_seqs = None
+    sampled = []
+    monkeypatch.setattr(llm.engine, "_new_runner", lambda num_blocks: SimpleNamespace(
+        dummy_step=lambda *args, num_sampled: sampled.append(num_sampled)))
+    for name, fn in {"synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
+                     "empty_cache": lambda: None, "max_memory_allocated": lambda *a: 1000,
+                     "get_device_properties": lambda *a: SimpleNamespace(total_memory=10 ** 6)}.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+    llm.engine._profile_cuda_budget()
+    assert sampled == [1024]
+
+
 def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_expected):
     # 16 blocks of 4 tokens: 16 requests of up to 63 tokens cannot all fit at once.
     per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),

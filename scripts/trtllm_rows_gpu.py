@@ -1,0 +1,178 @@
+"""TensorRT-LLM's published H200 throughput table, run on gdserve: Llama-3-8B's shape (vocab 128,256,
+random weights, a synthetic byte-level tokenizer), fixed input / output lengths, random prompt ids,
+each request sampled to its max_tokens with EOS ignored: the requests and sampling parameters of
+`gdserve bench throughput --dataset-name random --input-len I --output-len O --num-prompts N`, run
+in one process for every row (one engine per mode, warmed once) and timed step by step.
+
+Usage: python3 scripts/trtllm_rows_gpu.py [--modes fp8,bf16] [--rows 128/128,1000/1000,...]
+[--scale F] [--max-num-seqs N] [--max-num-batched-tokens N] [--profile ROWS] [--cprofile ROWS]
+--modes: fp8 = fp8 weights and fp8 KV cache (TensorRT-LLM's configuration), bf16 = bf16 weights
+and cache. --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
+--profile 128/128,...: torch.profiler over a few decode steps at the largest batch, for those rows
+of the first mode; --cprofile ROWS: the host's time by function over those rows' timed runs.
+Writes trtllm_rows.json (and trtllm_rows_profile.txt) under $OUT."""
+import argparse
+import cProfile
+import gc
+import io
+import json
+import pstats
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import test_gpu  # noqa: E402
+
+# TensorRT-LLM's performance overview, Llama-3.1-8B FP8 on one H200 (trtllm-bench throughput):
+# (input, output) -> (requests, output tokens/s)
+TRTLLM = {(128, 128): (30_000, 27_911), (1000, 1000): (3_000, 17_744), (2048, 128): (3_000, 3_538),
+          (2048, 2048): (1_500, 12_194)}
+MODES = {"fp8": {"quantization": "fp8", "kv_cache_dtype": "fp8"}, "bf16": {}}
+VOCAB = 128_256
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--modes", default="fp8")
+    p.add_argument("--rows", default=",".join(f"{i}/{o}" for i, o in TRTLLM))
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--profile", default="")
+    p.add_argument("--cprofile", default="")
+    return p.parse_args()
+
+
+class StepTimer:
+    """Host seconds per engine step, and how long the host waited for the device's sampled tokens
+    (near zero: the host is the bottleneck; most of the step: the device is)."""
+
+    def __init__(self, engine):
+        from gdserve.engine.sampler import HostSamplerOutput
+        self.engine, self.steps, self.waited = engine, [], 0.0
+        wait, step, timer = HostSamplerOutput.wait, engine.step, self
+
+        def timed_wait(host):
+            start = time.perf_counter()
+            result = wait(host)
+            timer.waited += time.perf_counter() - start
+            return result
+
+        def timed_step():
+            start, waited = time.perf_counter(), timer.waited
+            batch = len(engine.scheduler.running)
+            decode_only = not engine.scheduler.waiting and all(
+                s.num_computed_tokens >= s.num_tokens - 1 for s in engine.scheduler.running)
+            outputs = step()
+            timer.steps.append((time.perf_counter() - start, timer.waited - waited, batch, decode_only))
+            return outputs
+        HostSamplerOutput.wait = timed_wait
+        engine.step = timed_step
+        self.restore = lambda: setattr(HostSamplerOutput, "wait", wait)
+
+    def summary(self) -> dict:
+        def part(rows):
+            n = max(len(rows), 1)
+            return {"steps": len(rows), "seconds": round(sum(r[0] for r in rows), 2),
+                    "mean_ms": round(1e3 * sum(r[0] for r in rows) / n, 2),
+                    "mean_wait_ms": round(1e3 * sum(r[1] for r in rows) / n, 2),
+                    "mean_batch": round(sum(r[2] for r in rows) / n, 1)}
+        result = {"decode": part([s for s in self.steps if s[3]]), "mixed": part([s for s in self.steps if not s[3]])}
+        self.steps = []
+        return result
+
+
+def profile_decode(llm, requests, out: Path, label: str) -> None:
+    """torch.profiler over 3 decode steps once the batch is full and prefill is done."""
+    from torch.profiler import ProfilerActivity, profile
+    from gdserve.bench.dataset_throughput import engine_inputs
+    engine = llm.engine
+    prompts, params = engine_inputs(requests)
+    for prompt, param in zip(prompts, params):
+        engine.add_request(prompt["prompt_token_ids"], param)
+    while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_tokens - 1 for s in engine.scheduler.running):
+        engine.step()
+    for _ in range(3):
+        engine.step()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            engine.step()
+    batch = len(engine.scheduler.running)
+    while engine.has_unfinished_requests():
+        engine.step()
+    text = (f"==== {label}: 3 decode steps at batch {batch}\n"
+            + prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18, max_name_column_width=70)
+            + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=70))
+    print(text, flush=True)
+    with open(out / "trtllm_rows_profile.txt", "a") as f:
+        f.write(text + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    test_gpu.setup_imports()
+    import torch
+    from gdserve.bench.dataset_throughput import measure
+    from gdserve.bench.datasets.random_tokens import allowed_token_ids, random_requests
+    from gdserve.bench.offline import warm_llm
+    from gdserve.models.loader import load_tokenizer
+    out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [tuple(map(int, r.split("/"))) for r in args.rows.split(",")]
+    result = {"model": "Llama-3-8B shape, vocab 128256, random weights", "device": torch.cuda.get_device_name(),
+              "scale": args.scale, "rows": []}
+    overrides = {k: v for k, v in (("max_num_seqs", args.max_num_seqs),
+                                   ("max_num_batched_tokens", args.max_num_batched_tokens)) if v is not None}
+    with tempfile.TemporaryDirectory() as tmp:
+        test_gpu.save_model_dir(Path(tmp), 32, None, vocab_size=VOCAB)
+        token_ids = allowed_token_ids(load_tokenizer(tmp))
+        for mode in args.modes.split(","):
+            engine_args = {"load_format": "dummy", "dtype": "bfloat16", **MODES[mode], **overrides}
+            start = time.perf_counter()
+            llm = warm_llm(tmp, engine_args, [{"prompt_token_ids": [5] * 16}])
+            startup = round(time.perf_counter() - start, 1)
+            timer = StepTimer(llm.engine)
+            for input_len, output_len in rows:
+                trt_requests, trt_rate = TRTLLM[(input_len, output_len)]
+                num = max(1, round(trt_requests * args.scale))
+                requests = random_requests(num, input_len, output_len, token_ids, seed=0)
+                host_profile = cProfile.Profile() if f"{input_len}/{output_len}" in args.cprofile.split(",") else None
+                if host_profile is not None:
+                    host_profile.enable()
+                run = measure(llm, requests).fields()
+                if host_profile is not None:
+                    host_profile.disable()
+                    text = io.StringIO()
+                    pstats.Stats(host_profile, stream=text).sort_stats("tottime").print_stats(40)
+                    with open(out / "trtllm_rows_cprofile.txt", "a") as f:
+                        f.write(f"==== {mode} {input_len}/{output_len}\n{text.getvalue()}\n")
+                row = {"mode": mode, "input_len": input_len, "output_len": output_len, "num_requests": num,
+                       "startup_s": startup, **{k: round(v, 2) if isinstance(v, float) else v for k, v in run.items()},
+                       "num_preemptions": llm.engine.scheduler.num_preemptions,
+                       "num_kv_blocks": llm.engine.kv_cache.num_blocks,
+                       "trtllm_output_tokens_per_second": trt_rate,
+                       "vs_trtllm": round(run["output_tokens_per_second"] / trt_rate, 3),
+                       "steps": timer.summary(), "engine_args": engine_args}
+                llm.engine.scheduler.num_preemptions = 0
+                result["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                (out / "trtllm_rows.json").write_text(json.dumps(result, indent=1))
+                if f"{input_len}/{output_len}" in args.profile.split(",") and mode == args.modes.split(",")[0]:
+                    few = random_requests(llm.engine.config.max_num_seqs, input_len, min(output_len, 64),
+                                          token_ids, seed=1)
+                    profile_decode(llm, few, out, f"{mode} {input_len}/{output_len}")
+                    timer.summary()
+            timer.restore()  # its patch holds the engine, whose KV cache fills the device
+            llm.engine.close()
+            del llm, timer
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
