@@ -165,6 +165,11 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
+# Decode tiles (tokens, warps, stages): over a 16-bit cache; over an fp8 one, by split-K or not.
+_BF16_TILE = (64, 4, 4)
+_FP8_TILES = {False: (64, 1, 1), True: (128, 4, 2)}
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
 
@@ -195,21 +200,22 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
     each context into pieces of that many tokens (None: chosen from the GPU's size). The tiles'
     defaults are the fastest of those the kernel tests have passed with at real shapes on an H200
-    (make test-gpu; timed at batch 256, context 1024): 64 tokens, 4 stages over a 16-bit cache;
-    128 tokens, 2 stages over an fp8 one. Tiles of 2 warps timed faster over fp8 (0.251-0.256
-    against 0.271-0.277 ms) but have not been through the kernel tests."""
+    (make test-gpu; scripts/decode_attention_gpu.py): over a 16-bit cache 64 tokens, 4 warps, 4
+    stages; over an fp8 one, split-K 128 tokens, 4 warps, 2 stages (batch 256, context 1024), and
+    where one split fills the GPU 64 tokens, 1 warp, 1 stage (batch 512-1024, contexts 192-3072:
+    1.2-1.5x faster than the split-K tile there)."""
     fp8 = is_fp8(k_cache.dtype)
-    block_n = block_n or (128 if fp8 else 64)
-    num_warps = num_warps or 4
-    num_stages = num_stages or (2 if fp8 else 4)
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
     out = torch.empty_like(q) if out is None else out
     if num_seqs == 0:
         return out
     if partition_size is None:
-        partition_size = _partition_size(num_seqs, num_kv_heads, max_len, block_n, _num_sms(q.device))
+        partition_size = _partition_size(num_seqs, num_kv_heads, max_len, block_n or (128 if fp8 else 64),
+                                         _num_sms(q.device))
     splits = triton.cdiv(max_len, partition_size)
+    tile = _FP8_TILES[splits > 1] if fp8 else _BF16_TILE
+    block_n, num_warps, num_stages = block_n or tile[0], num_warps or tile[1], num_stages or tile[2]
     group = num_heads // num_kv_heads
     part_out = part_lse = out  # unused without splits
     if splits > 1:
