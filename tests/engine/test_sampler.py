@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from gdserve.engine.sampler import Sampler, SamplingBatch
+from gdserve.engine.sampler import Sampler, SamplingBatch, exponential_race, inverse_cdf
 from gdserve.sampling_params import SamplingParams
 
 V = 64
@@ -150,6 +150,26 @@ def test_sampling_matches_softmax(temperature):
     counts = torch.bincount(out.token_ids, minlength=8).float()
     # 7 degrees of freedom: P(chi2 > 30) is about 1e-4.
     assert chi_square(counts, torch.softmax(logits / temperature, -1)) < 30
+
+
+@pytest.mark.parametrize("draw", [exponential_race, inverse_cdf])
+def test_both_draws_match_softmax(draw):
+    """The device's draw and the CPU's, whichever device this runs on."""
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0])
+    n = 40000
+    tokens = draw(logits.expand(n, -1).clone(), build([SamplingParams()] * n, vocab=8))
+    counts = torch.bincount(tokens, minlength=8).float()
+    assert chi_square(counts, torch.softmax(logits, -1)) < 30
+
+
+@pytest.mark.parametrize("u, expected", [(0.0, 1), (1.0 - 2 ** -24, 3), (1.0, 3)])
+def test_inverse_cdf_never_draws_a_masked_token(monkeypatch, u, expected):
+    """Tokens of probability 0 before, between and after the allowed ones (a grammar's mask), at
+    the ends of the uniform's range (and past it, as rounding could put u * total)."""
+    logits = torch.tensor([[float("-inf"), 0.0, float("-inf"), 0.0, float("-inf"), float("-inf")]])
+    monkeypatch.setattr(torch.Tensor, "uniform_", lambda self, *a, **k: self.fill_(u))
+    assert inverse_cdf(logits.clone(), build([SamplingParams()], vocab=6)).tolist() == [expected]
 
 
 def test_seeded_sampling_matches_softmax():
