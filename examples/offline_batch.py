@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from gdserve import LLM, SamplingParams
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 
 
 class Product(BaseModel):
@@ -27,7 +27,7 @@ DESCRIPTIONS = ["a red wool sweater for 45 dollars, sold out",
 
 def main(model: str, num: int) -> None:
     llm = LLM(model)
-    params = SamplingParams(max_tokens=96, temperature=0.0, guided=GuidedDecodingParams(json=Product))
+    params = SamplingParams(max_tokens=96, temperature=0.0, structured_outputs=StructuredOutputsParams(json=Product))
     conversations = [[{"role": "user", "content": f"Describe this product as JSON: {d}."}] for d in DESCRIPTIONS[:num]]
     start = time.perf_counter()
     outputs = llm.chat(conversations, params)

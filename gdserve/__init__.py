@@ -5,6 +5,8 @@ import importlib
 _EXPORTS = {
     "LLM": "gdserve.engine.llm",
     "SamplingParams": "gdserve.sampling_params",
+    "StructuredOutputsParams": "gdserve.sampling_params",
+    "GuidedDecodingParams": "gdserve.sampling_params",
     "RequestOutput": "gdserve.outputs",
     "CompletionOutput": "gdserve.outputs",
 }

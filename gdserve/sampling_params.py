@@ -4,19 +4,23 @@ from dataclasses import dataclass
 from gdserve.utils import reject_unknown_fields
 
 
-@reject_unknown_fields("guided decoding parameter")
+@reject_unknown_fields("structured outputs parameter")
 @dataclass(kw_only=True)
-class GuidedDecodingParams:
+class StructuredOutputsParams:
     """Exactly one constraint: a JSON Schema (dict, JSON string or pydantic model class), a regex,
-    a list of choices, a Lark grammar, or json_object=True (any JSON object)."""
+    a list of choices, a Lark grammar, or json_object=True (any JSON object); vLLM's names."""
     json: dict | str | type | None = None
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
     whitespace_pattern: str | None = None   # json only: replaces the default bounded whitespace
+    disable_any_whitespace: bool = False    # json only: no whitespace between JSON tokens
+    # json only. False: undeclared keys wherever JSON Schema admits them; None or True: objects
+    # that declare properties take only those (the default)
+    disable_additional_properties: bool | None = None
+    disable_fallback: bool = False          # accepted: there is one backend, which never falls back
     lenient: bool = False                   # json only: relax unsupported keywords (reported)
-    open_objects: bool = False              # json only: undeclared keys wherever JSON Schema admits them
 
     def __post_init__(self) -> None:
         if isinstance(self.json, type) and hasattr(self.json, "model_json_schema"):
@@ -25,13 +29,16 @@ class GuidedDecodingParams:
             self.json_object = None
         kinds = [k for k in _GUIDED_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"guided decoding takes exactly one of {', '.join(_GUIDED_KINDS)}; "
+            raise ValueError(f"structured outputs take exactly one of {', '.join(_GUIDED_KINDS)}; "
                              f"got {', '.join(kinds) if kinds else 'none'}")
-        if self.whitespace_pattern is not None and self.kind not in _JSON_KINDS:
-            raise ValueError("whitespace_pattern applies to json constraints only")
-        if self.open_objects and self.kind not in _JSON_KINDS:
-            raise ValueError("open_objects (disable_additional_properties: false) applies to json "
-                             "constraints only")
+        json_only = {"whitespace_pattern": self.whitespace_pattern is not None,
+                     "disable_any_whitespace": self.disable_any_whitespace,
+                     "disable_additional_properties": self.disable_additional_properties is not None}
+        for name, given in json_only.items():
+            if given and self.kind not in _JSON_KINDS:
+                raise ValueError(f"{name} applies to json constraints only")
+        if self.disable_any_whitespace and self.whitespace_pattern is not None:
+            raise ValueError("disable_any_whitespace and whitespace_pattern exclude each other")
 
     @property
     def kind(self) -> str:
@@ -44,8 +51,13 @@ class GuidedDecodingParams:
     def compile_options(self) -> dict:
         if self.kind not in _JSON_KINDS:
             return {}
-        return {"whitespace_pattern": self.whitespace_pattern, "lenient": self.lenient,
-                "open_objects": self.open_objects}
+        whitespace = "" if self.disable_any_whitespace else self.whitespace_pattern
+        return {"whitespace_pattern": whitespace, "lenient": self.lenient,
+                "open_objects": self.disable_additional_properties is False}
+
+
+# vLLM's name before 0.12 (SamplingParams(guided_decoding=GuidedDecodingParams(...))).
+GuidedDecodingParams = StructuredOutputsParams
 
 
 _GUIDED_KINDS = ("json", "regex", "choice", "grammar", "json_object")
@@ -75,7 +87,9 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None             # number of top logprobs; 0: only the sampled token's
     skip_special_tokens: bool = True
-    guided: GuidedDecodingParams | None = None  # constrain the output (JSON Schema, regex, ...)
+    # Constrain the output (JSON Schema, regex, ...): a StructuredOutputsParams or a dict of its fields
+    structured_outputs: StructuredOutputsParams | None = None
+    guided_decoding: StructuredOutputsParams | None = None  # vLLM's name before 0.12, the same
     # "cumulative": an output at every step (streaming); "final_only": one when it finishes
     output_kind: str = "cumulative"
 
@@ -88,10 +102,14 @@ class SamplingParams:
             self.best_of = self.n
         if self.logit_bias is not None:
             self.logit_bias = _normalize_logit_bias(self.logit_bias)
-        if isinstance(self.guided, dict):
-            self.guided = GuidedDecodingParams(**self.guided)
-        _check(self.guided is None or isinstance(self.guided, GuidedDecodingParams), "guided",
-               "a GuidedDecodingParams or a dict of its fields", self.guided)
+        if self.guided_decoding is not None:
+            if self.structured_outputs is not None:
+                raise ValueError("guided_decoding is structured_outputs under vLLM's name before 0.12: give one")
+            self.structured_outputs, self.guided_decoding = self.guided_decoding, None
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputsParams(**self.structured_outputs)
+        _check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams),
+               "structured_outputs", "a StructuredOutputsParams or a dict of its fields", self.structured_outputs)
         self._validate()
 
     @property

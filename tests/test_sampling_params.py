@@ -83,3 +83,34 @@ def test_replace_keeps_validation():
 def test_best_of_below_n_or_not_an_integer_is_rejected(best_of):
     with pytest.raises(ValueError, match=r"best_of must be an integer >= n \(3\), got"):
         SamplingParams(n=3, best_of=best_of)
+
+
+def test_structured_outputs_under_vllms_names():
+    """vLLM 0.12's StructuredOutputsParams and structured_outputs; its earlier GuidedDecodingParams
+    and guided_decoding are the same class and field; a dict of the fields works too."""
+    from gdserve import GuidedDecodingParams, StructuredOutputsParams
+    assert GuidedDecodingParams is StructuredOutputsParams
+    for params in (SamplingParams(structured_outputs=StructuredOutputsParams(regex="a+")),
+                   SamplingParams(guided_decoding=GuidedDecodingParams(regex="a+")),
+                   SamplingParams(structured_outputs={"regex": "a+"})):
+        assert params.structured_outputs.spec == "a+" and params.guided_decoding is None
+    with pytest.raises(ValueError, match="guided_decoding is structured_outputs"):
+        SamplingParams(structured_outputs={"regex": "a"}, guided_decoding={"regex": "b"})
+    with pytest.raises(ValueError, match="structured_outputs must be a StructuredOutputsParams"):
+        SamplingParams(structured_outputs="a+")
+
+
+def test_structured_outputs_json_options():
+    from gdserve import StructuredOutputsParams
+    tight = StructuredOutputsParams(json={"type": "object"}, disable_any_whitespace=True,
+                                    disable_additional_properties=False, disable_fallback=True)
+    assert tight.compile_options() == {"whitespace_pattern": "", "lenient": False, "open_objects": True}
+    assert StructuredOutputsParams(json={}).compile_options()["open_objects"] is False
+    for option in ({"disable_any_whitespace": True}, {"disable_additional_properties": True},
+                   {"whitespace_pattern": " "}):
+        with pytest.raises(ValueError, match="applies to json constraints only"):
+            StructuredOutputsParams(regex="a", **option)
+    with pytest.raises(ValueError, match="exclude each other"):
+        StructuredOutputsParams(json={}, disable_any_whitespace=True, whitespace_pattern=" ")
+    with pytest.raises(ValueError, match="structural_tag"):
+        StructuredOutputsParams(json={}, structural_tag="{}")

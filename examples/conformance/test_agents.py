@@ -31,6 +31,6 @@ def test_server_output_conforms(gdserve_server, schema):
 # with_args: pytest reads a lone class passed to a marker as the thing being marked
 @pytest.mark.schema.with_args(Ticket)
 def test_offline_output_conforms(gdserve_llm, schema):
-    params = SamplingParams(max_tokens=60, temperature=0, guided={"json": schema})
+    params = SamplingParams(max_tokens=60, temperature=0, structured_outputs={"json": schema})
     output = gdserve_llm.generate("A support ticket as JSON:", params)[0]
     assert_conforms(output.outputs[0].text, schema)

@@ -30,7 +30,7 @@ from gdserve.engine.progress import GenerationProgress
 from gdserve.grammar import GrammarError, allocate_token_bitmask
 from gdserve.grammar.service import CompileService
 from gdserve.outputs import CompletionOutput, RequestOutput
-from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
+from gdserve.sampling_params import StructuredOutputsParams, SamplingParams
 
 TARGETS = {"cold_vs_unguided": 0.8, "warm_vs_unguided": 0.95, "compile_p50_ms": 5.0, "compile_p99_ms": 200.0}
 COMPILE_QUANTILES = (50, 90, 99)
@@ -146,7 +146,8 @@ def _warm_up_guided(llm, prompt: list[int]) -> None:
     refusals are what that run measures."""
     try:
         llm.generate([{"prompt_token_ids": prompt}],
-                     SamplingParams(max_tokens=8, guided=GuidedDecodingParams(choice=WARM_UP_CHOICE)), use_tqdm=False)
+                     SamplingParams(max_tokens=8, structured_outputs=StructuredOutputsParams(choice=WARM_UP_CHOICE)),
+                     use_tqdm=False)
     except GrammarError:
         pass
 
@@ -158,10 +159,10 @@ def run_engine_runs(llm, items: list[AgentSchema], prompts: list[list[int]], max
     engine = llm.engine
     _warm_up_guided(llm, prompts[0])
     guided = [SamplingParams(max_tokens=max_tokens, temperature=temperature, output_kind="final_only",
-                             guided=GuidedDecodingParams(json=item.schema)) for item in items]
+                             structured_outputs=StructuredOutputsParams(json=item.schema)) for item in items]
     print(f"cold guided: {len(items)} requests, each its own schema ...", file=sys.stderr, flush=True)
     cold, outputs = run_batch(engine, prompts, guided)
-    compiling = {i: engine.guided.submit(guided[i].guided) for i, o in enumerate(outputs) if not _refused(o)}
+    compiling = {i: engine.guided.submit(guided[i].structured_outputs) for i, o in enumerate(outputs) if not _refused(o)}
     compiled = [i for i, future in compiling.items() if future.exception() is None]  # cache hits, but for evictions
     grammars = [compiling[i].result() for i in compiled]
     print(f"warm guided: {len(compiled)} requests ...", file=sys.stderr, flush=True)
@@ -201,7 +202,7 @@ def compile_latencies(items: list[AgentSchema], tokenizer, eos_token_ids: set[in
 
 
 def _first_mask_ms(service: CompileService, item: AgentSchema, bitmask) -> dict:
-    guided = GuidedDecodingParams(json=item.schema)
+    guided = StructuredOutputsParams(json=item.schema)
     start = time.perf_counter()
     try:
         grammar = service.submit(guided.kind, guided.spec, **guided.compile_options()).result()

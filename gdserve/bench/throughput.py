@@ -36,13 +36,13 @@ def run_guided_vs_unguided(requests: list[dict], model: str, engine_args: dict) 
     max_tokens set to what its guided run produced: the same work with and without the masks.
     Grammars are compiled (and cached) and one guided request runs before the clock starts."""
     from gdserve import SamplingParams
-    from gdserve.sampling_params import GuidedDecodingParams
+    from gdserve.sampling_params import StructuredOutputsParams
     prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
     llm = warm_llm(model, engine_args, prompts)
     guided = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0,
-                             guided=GuidedDecodingParams(json=r["json_schema"])) for r in requests]
+                             structured_outputs=StructuredOutputsParams(json=r["json_schema"])) for r in requests]
     for p in guided:
-        llm.engine.guided.submit(p.guided).result()
+        llm.engine.guided.submit(p.structured_outputs).result()
     llm.generate(prompts[:1], guided[:1], use_tqdm=False)  # JIT-compiles the bitmask kernel before the clock
     guided_run, outputs = timed_generate(llm, prompts, guided)
     lengths = [len(o.outputs[0].token_ids) for o in outputs]

@@ -28,7 +28,7 @@ from gdserve.engine.llm_engine import EngineStats, LLMEngine
 from gdserve.grammar import Grammar
 from gdserve.lora.request import LoRARequest
 from gdserve.outputs import RequestOutput
-from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
+from gdserve.sampling_params import StructuredOutputsParams, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -67,14 +67,14 @@ class AsyncLLM:
         return self._num_active
 
     # ---- the asyncio side ------------------------------------------------------------------
-    async def compile(self, guided: GuidedDecodingParams) -> tuple[Grammar, bool]:
+    async def compile(self, guided: StructuredOutputsParams) -> tuple[Grammar, bool]:
         """Compile off the event loop (cached in the engine's compile service); raises
         GrammarError. Returns (grammar, whether it was a cache hit)."""
         future = await asyncio.to_thread(self._submit_compile, guided)
         hit = future.done()
         return await asyncio.wrap_future(future), hit
 
-    def _submit_compile(self, guided: GuidedDecodingParams) -> Future:
+    def _submit_compile(self, guided: StructuredOutputsParams) -> Future:
         with self._compile_lock:  # the engine starts its compile service lazily, shutdown closes it
             if self._stopped:
                 raise EngineDeadError("the engine has shut down")

@@ -19,7 +19,7 @@ from gdserve.grammar.completion_size import min_completion_tokens, shortest_comp
 from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from gdserve.kernels import apply_token_bitmask
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 
 STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work; about one decode step on a GPU
 
@@ -111,7 +111,7 @@ class GuidedDecoder:
         guided requests wait for their compiles only, not for the workers' start (seconds each)."""
         self.service.start_workers()
 
-    def submit(self, guided: GuidedDecodingParams) -> Future[Grammar]:
+    def submit(self, guided: StructuredOutputsParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
     def begin_step(self) -> None:

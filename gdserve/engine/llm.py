@@ -94,7 +94,7 @@ class LLM:
         cached), so no request waits for another's compile; a constraint that fails to compile
         aborts the batch and raises its GrammarError as soon as it is known."""
         engine = self.engine
-        compiles = [engine.guided.submit(p.guided) for p in params if p.guided is not None]
+        compiles = [engine.guided.submit(p.structured_outputs) for p in params if p.structured_outputs is not None]
         ids = []
         progress = GenerationProgress(len(prompts), use_tqdm)
         try:

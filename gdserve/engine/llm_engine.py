@@ -158,8 +158,8 @@ class LLMEngine:
                 sibling.leader = seqs[0]
         self.requests[request_id] = seqs
         self.prompts[request_id] = prompt
-        if params.guided is not None and grammar is None:
-            self.compiling[request_id] = self.guided.submit(params.guided)
+        if params.structured_outputs is not None and grammar is None:
+            self.compiling[request_id] = self.guided.submit(params.structured_outputs)
         else:
             self._schedule(request_id, grammar)
         return request_id

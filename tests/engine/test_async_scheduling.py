@@ -9,7 +9,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.engine.model_runner import kv_cache_bytes_per_block
 from gdserve.engine.request import PLACEHOLDER
 from gdserve.models.config import ModelConfig
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks, run_staggered
 
 EOS = 2
@@ -39,9 +39,9 @@ def mixed_params() -> list[SamplingParams]:
         SamplingParams(max_tokens=16, temperature=0.0, min_tokens=6, logit_bias={EOS: 8.0}),
         SamplingParams(max_tokens=16, temperature=0.0, stop=["a", "e"], ignore_eos=True),
         SamplingParams(max_tokens=16, temperature=0.0, stop_token_ids=[100, 101, 102, 103], ignore_eos=True),
-        SamplingParams(max_tokens=24, temperature=0.0, guided=GuidedDecodingParams(regex=r"[a-c]{3,9}!")),
+        SamplingParams(max_tokens=24, temperature=0.0, structured_outputs=StructuredOutputsParams(regex=r"[a-c]{3,9}!")),
         SamplingParams(max_tokens=24, temperature=1.0, seed=5,
-                       guided=GuidedDecodingParams(choice=["alpha", "beta", "gamma delta"])),
+                       structured_outputs=StructuredOutputsParams(choice=["alpha", "beta", "gamma delta"])),
         SamplingParams(max_tokens=1, temperature=0.0),
         SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True),
     ]

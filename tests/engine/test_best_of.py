@@ -4,7 +4,7 @@ import re
 import pytest
 
 from gdserve import LLM, SamplingParams
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 
 PROMPT = {"prompt_token_ids": [5, 17, 42, 9, 88, 3]}
 
@@ -18,10 +18,10 @@ def top_n(candidates, n):
     return sorted(candidates, key=lambda c: c.cumulative_logprob, reverse=True)[:n]
 
 
-@pytest.mark.parametrize("guided", [None, GuidedDecodingParams(regex=r"[0-9]{2,6}")])
+@pytest.mark.parametrize("guided", [None, StructuredOutputsParams(regex=r"[0-9]{2,6}")])
 def test_best_of_returns_the_top_n_candidates(llm, guided):
     """The same seed with n=best_of generates the same candidates: best_of returns its top n."""
-    common = dict(max_tokens=8, temperature=1.0, seed=11, guided=guided, ignore_eos=guided is None)
+    common = dict(max_tokens=8, temperature=1.0, seed=11, structured_outputs=guided, ignore_eos=guided is None)
     everyone = llm.generate(PROMPT, SamplingParams(n=4, logprobs=0, **common))[0]
     best = llm.generate(PROMPT, SamplingParams(n=2, best_of=4, **common))[0]
     expected = top_n(everyone.outputs, 2)

@@ -17,7 +17,7 @@ from gdserve.engine.llm_engine import LLMEngine
 from gdserve.engine.request import PLACEHOLDER
 from gdserve.grammar import Grammar, compile_grammar
 from gdserve.outputs import RequestOutput
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks
 from tests.entrypoints.openai.observe import is_running, wait_until
 
@@ -215,7 +215,7 @@ def test_the_caller_of_a_failing_request_gets_request_failed(async_llm):
 def test_shutdown_fails_requests_in_flight_and_refuses_new_ones(tiny_llama_dir):
     llm = AsyncLLM(EngineConfig(model=str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000,
                                 grammar_cache_dir=None))
-    guided = GuidedDecodingParams(regex=REGEX)
+    guided = StructuredOutputsParams(regex=REGEX)
 
     async def shut_down_mid_request() -> tuple[list[int], BaseException | None]:
         await llm.compile(guided)  # in the compile worker (no disk cache to hit)

@@ -12,7 +12,7 @@ from gdserve import LLM, SamplingParams
 from gdserve.engine.guided import STEP_ALLOWANCE_S
 from gdserve.grammar import GrammarError
 from gdserve.grammar.allowance import unit_of_work
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks
 from tests.helpers import chat_ids
 
@@ -33,7 +33,8 @@ def llm(smollm2_dir):
 
 
 def json_params(schema, max_tokens=384, **kw) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, guided=GuidedDecodingParams(json=schema), **kw)
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                          structured_outputs=StructuredOutputsParams(json=schema), **kw)
 
 
 def schema_prompt(name: str, schema: dict) -> str:
@@ -75,7 +76,7 @@ def test_unbounded_strings_close_before_max_tokens(llm):
 ])
 def test_regex_outputs_fullmatch(llm, pattern, prompt):
     out = llm.generate(chat_ids(llm, prompt), SamplingParams(max_tokens=64, temperature=0.0,
-                                                             guided=GuidedDecodingParams(regex=pattern)))[0]
+                                                             structured_outputs=StructuredOutputsParams(regex=pattern)))[0]
     assert re.fullmatch(pattern, out.outputs[0].text), out.outputs[0].text
     assert out.outputs[0].finish_reason == "stop"
 
@@ -83,7 +84,7 @@ def test_regex_outputs_fullmatch(llm, pattern, prompt):
 def test_choice_outputs_are_in_the_list_also_when_sampled(llm):
     choices = ["positive", "negative", "neutral", "it's complicated (see notes)"]
     params = SamplingParams(max_tokens=16, temperature=1.2, seed=3, n=4,
-                            guided=GuidedDecodingParams(choice=choices))
+                            structured_outputs=StructuredOutputsParams(choice=choices))
     out = llm.generate(chat_ids(llm, "Classify the sentiment: 'I loved this movie!'"), params)[0]
     assert len(out.outputs) == 4
     assert all(o.text in choices and o.finish_reason == "stop" for o in out.outputs)
@@ -99,7 +100,7 @@ def test_mixed_batch_gives_each_request_its_solo_output(llm):
         elif i % 4 == 1:
             requests.append((chat_ids(llm, f"Pick a number {i}"),
                              SamplingParams(max_tokens=8, temperature=0.0,
-                                            guided=GuidedDecodingParams(regex=r"[0-9]{1,4}"))))
+                                            structured_outputs=StructuredOutputsParams(regex=r"[0-9]{1,4}"))))
         else:
             requests.append((chat_ids(llm, f"Tell me fact number {i} about cats."),
                              SamplingParams(max_tokens=24, temperature=0.0)))
@@ -112,13 +113,14 @@ def test_mixed_batch_gives_each_request_its_solo_output(llm):
 
 def test_bad_constraint_raises_naming_the_problem_and_others_still_run(llm):
     with pytest.raises(GrammarError):
-        llm.generate(chat_ids(llm, "hi"), SamplingParams(guided=GuidedDecodingParams(regex="(?<=a)b")))
+        llm.generate(chat_ids(llm, "hi"), SamplingParams(structured_outputs=StructuredOutputsParams(regex="(?<=a)b")))
     with pytest.raises(GrammarError):
-        llm.generate(chat_ids(llm, "hi"), SamplingParams(guided=GuidedDecodingParams(choice=[])))
+        llm.generate(chat_ids(llm, "hi"), SamplingParams(structured_outputs=StructuredOutputsParams(choice=[])))
     # In the engine, a failed compile finishes only that request, with an error.
     engine = llm.engine
     bad = engine.add_request(chat_ids(llm, "hi")["prompt_token_ids"],
-                             SamplingParams(max_tokens=4, guided=GuidedDecodingParams(json={"type": "frobnicate"})))
+                             SamplingParams(max_tokens=4,
+                                            structured_outputs=StructuredOutputsParams(json={"type": "frobnicate"})))
     good = engine.add_request(chat_ids(llm, "hello")["prompt_token_ids"], SamplingParams(max_tokens=4, temperature=0))
     done = {}
     while engine.has_unfinished_requests():
@@ -150,25 +152,42 @@ def test_guided_survives_preemption(smollm2_dir, preemption_mode):
     small.engine.close()
 
 
+def test_disable_any_whitespace_leaves_none_between_json_tokens(llm):
+    """vLLM's disable_any_whitespace, on a schema of the regex path and on a recursive one (the
+    grammar path): no whitespace outside strings, and there are none here."""
+    flat = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array",
+            "items": {"type": "boolean"}, "minItems": 2}}, "required": ["a", "b"]}
+    tree = {"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+        "required": ["v", "kids"]}}}
+    prompt = chat_ids(llm, "Answer with pretty-printed JSON, indented.")
+    params = [SamplingParams(max_tokens=96, temperature=1.0, seed=i, structured_outputs=StructuredOutputsParams(
+        json=schema, disable_any_whitespace=True)) for i, schema in enumerate((flat, tree))]
+    for schema, out in zip((flat, tree), llm.generate([prompt, prompt], params)):
+        text = out.outputs[0].text
+        assert out.outputs[0].finish_reason == "stop" and not re.search(r"\s", text), text
+        jsonschema.Draft202012Validator(schema).validate(json.loads(text))
+
+
 def test_guided_params_need_exactly_one_kind():
     with pytest.raises(ValueError, match="exactly one"):
-        GuidedDecodingParams()
+        StructuredOutputsParams()
     with pytest.raises(ValueError, match="exactly one"):
-        GuidedDecodingParams(regex="a", json={})
+        StructuredOutputsParams(regex="a", json={})
 
 
 def test_a_max_tokens_below_the_shortest_completion_is_refused_naming_the_minimum(llm):
     """Thirty digits take thirty of SmolLM2's tokens, and EOS one more: a max_tokens of 20 would cut
     the output, so the request is refused up front (given its grammar) or fails before its first
     token (compiled in the background), naming the minimum."""
-    guided = GuidedDecodingParams(regex="[0-9]{30}")
+    guided = StructuredOutputsParams(regex="[0-9]{30}")
     prompt = chat_ids(llm, "Thirty digits, please.")["prompt_token_ids"]
     grammar = llm.engine.guided.submit(guided).result()
     with pytest.raises(ValueError, match="max_tokens 20 .* at least 31"):
-        llm.engine.add_request(prompt, SamplingParams(max_tokens=20, guided=guided), grammar=grammar)
-    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=20, guided=guided))[0]
+        llm.engine.add_request(prompt, SamplingParams(max_tokens=20, structured_outputs=guided), grammar=grammar)
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=20, structured_outputs=guided))[0]
     assert out.outputs[0].finish_reason == "error" and "at least 31" in out.error
-    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=31, guided=guided))[0]
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=31, structured_outputs=guided))[0]
     assert re.fullmatch("[0-9]{30}", out.outputs[0].text)
     assert_no_leaks(llm)
 
@@ -206,8 +225,8 @@ def test_a_slow_matcher_parks_its_sequence_not_the_batch(tiny_llama_dir):
     llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_memory=4_000_000, grammar_cache_dir=None,
               grammar_compile_workers=1)
     engine = llm.engine
-    ready = engine.guided.submit(GuidedDecodingParams(regex=r"[0-9]{2,4}")).result()
-    slow = SlowRowGrammar(engine.guided.submit(GuidedDecodingParams(regex=r"[a-z]{3,6}!")).result(), 400)
+    ready = engine.guided.submit(StructuredOutputsParams(regex=r"[0-9]{2,4}")).result()
+    slow = SlowRowGrammar(engine.guided.submit(StructuredOutputsParams(regex=r"[a-z]{3,6}!")).result(), 400)
     greedy = lambda n, **kw: SamplingParams(max_tokens=n, temperature=0.0, **kw)  # noqa: E731
     slow_id = engine.add_request([5, 6, 7], greedy(12), grammar=slow)
     others = {engine.add_request([9, 10, 11 + i], greedy(16, ignore_eos=True)) for i in range(2)}

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from gdserve import LLM, SamplingParams
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks
 
 READY = r"[0-9]{2,4}"       # compiled before the others are sent
@@ -43,13 +43,13 @@ def test_a_compiling_request_delays_no_other_request(llm):
     compile cannot finish: unguided requests and guided ones whose grammar is already compiled,
     sent after it, all run to their last token while it is still compiling; it then completes."""
     engine = llm.engine
-    engine.guided.submit(GuidedDecodingParams(regex=READY)).result()
+    engine.guided.submit(StructuredOutputsParams(regex=READY)).result()
     (worker,) = engine.guided.service.worker_pids()
     os.kill(worker, signal.SIGSTOP)
     try:
-        slow = engine.add_request([5, 6, 7], greedy(12, guided=GuidedDecodingParams(regex=SLOW)))
+        slow = engine.add_request([5, 6, 7], greedy(12, structured_outputs=StructuredOutputsParams(regex=SLOW)))
         unguided = {engine.add_request([9, 10, 11 + i], greedy(16, ignore_eos=True)) for i in range(2)}
-        guided = {engine.add_request([12, 13, 14 + i], greedy(8, guided=GuidedDecodingParams(regex=READY)))
+        guided = {engine.add_request([12, 13, 14 + i], greedy(8, structured_outputs=StructuredOutputsParams(regex=READY)))
                   for i in range(2)}
         finished = run_until(engine, unguided | guided)
         assert slow not in finished and engine.stats().num_waiting == 1  # still compiling
@@ -70,11 +70,11 @@ def test_a_plain_script_without_a_main_guard_generates_guided(tiny_llama_dir, tm
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(f"""
         from gdserve import LLM, SamplingParams
-        from gdserve.sampling_params import GuidedDecodingParams
+        from gdserve.sampling_params import StructuredOutputsParams
 
         print("script body ran", flush=True)
         llm = LLM({str(tiny_llama_dir)!r}, dtype="float32", kv_cache_memory=4_000_000, grammar_cache_dir=None)
-        params = SamplingParams(max_tokens=16, temperature=0.0, guided=GuidedDecodingParams(regex={SLOW!r}))
+        params = SamplingParams(max_tokens=16, temperature=0.0, structured_outputs=StructuredOutputsParams(regex={SLOW!r}))
         out = llm.generate({{"prompt_token_ids": [5, 6, 7]}}, params)
         print("OUTPUT", out[0].outputs[0].text, flush=True)
     """))

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from gdserve import LLM, SamplingParams
 from gdserve.lora import LoRARequest
 from gdserve.lora.adapter import LoRALoadError
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks
 from tests.helpers import save_merged_model, save_peft_adapter
 
@@ -112,7 +112,8 @@ def test_preemption_keeps_adapter_outputs(tiny_llama_dir, tiny_adapters):
 
 def test_guided_decoding_with_an_adapter(tiny_llama_dir, tiny_adapters):
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}}, "required": ["name"]}
-    params = SamplingParams(temperature=1.0, seed=3, max_tokens=60, guided=GuidedDecodingParams(json=schema))
+    params = SamplingParams(temperature=1.0, seed=3, max_tokens=60,
+                            structured_outputs=StructuredOutputsParams(json=schema))
     out = tiny_llm(tiny_llama_dir).generate(PROMPTS, params, lora_request=requests(tiny_adapters)[0])
     for o in out:
         assert set(json.loads(o.outputs[0].text)) == {"name"}

@@ -13,7 +13,7 @@ from transformers import LlamaConfig
 
 from gdserve import LLM, SamplingParams
 from gdserve.engine.errors import EngineDeadError
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.distributed.ranks import DEVICES
 from tests.engine.test_llm import assert_no_leaks, greedy
 from tests.helpers import TINY_LLAMA, chat_ids, save_byte_tokenizer, save_random_hf_model
@@ -54,7 +54,7 @@ def generate(model_dir, tensor_parallel_size: int, device: str, requests, params
 def test_two_ranks_give_the_single_device_greedy_tokens(tiny_gqa_dir, device):
     requests = prompts()
     params = [greedy(24)] * (len(requests) - 1) + [SamplingParams(max_tokens=16, temperature=0.0,
-                                                                  guided=GuidedDecodingParams(regex=REGEX))]
+                                                                  structured_outputs=StructuredOutputsParams(regex=REGEX))]
     expected = generate(tiny_gqa_dir, 1, device, requests, params)
     tokens = generate(tiny_gqa_dir, 2, device, requests, params)
     assert tokens == expected
@@ -69,7 +69,7 @@ def test_the_default_model_split_in_three_gives_the_single_device_tokens(smollm2
                  kv_cache_memory=1 << 26, grammar_compile_workers=1) as llm:
             requests = [chat_ids(llm, text) for text in ("Name a color.", "What is 2 + 2?")]
             guided = SamplingParams(max_tokens=24, temperature=0.0,
-                                    guided=GuidedDecodingParams(json={"type": "object", "required": ["a"],
+                                    structured_outputs=StructuredOutputsParams(json={"type": "object", "required": ["a"],
                                                                       "properties": {"a": {"type": "integer"}}}))
             outs = llm.generate(requests + requests[:1], [greedy(16), greedy(16), guided], use_tqdm=False)
             assert isinstance(json.loads(outs[2].outputs[0].text)["a"], int)

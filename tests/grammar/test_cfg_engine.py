@@ -7,7 +7,7 @@ import pytest
 from gdserve import LLM, SamplingParams
 from gdserve.grammar.cfg_oracle import LarkOracle
 from gdserve.grammar.lark_spec import load_grammar_text
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.helpers import chat_ids
 
 PROMPTS = {
@@ -30,7 +30,7 @@ def llm(smollm2_dir):
 def test_builtin_grammar_generations_parse(llm):
     cases = [(name, prompt) for name, prompts in PROMPTS.items() for prompt in prompts]
     params = [SamplingParams(max_tokens=40, temperature=0.0,
-                             guided=GuidedDecodingParams(grammar=f"builtin:{name}"))
+                             structured_outputs=StructuredOutputsParams(grammar=f"builtin:{name}"))
               for name, _ in cases]
     outs = llm.generate([chat_ids(llm, p) for _, p in cases], params)
     finished = 0
@@ -50,6 +50,6 @@ def test_inline_lark_grammar(llm):
     grammar = 'start: NUMBER ("+" NUMBER)*\nNUMBER: /[0-9]+/'
     out = llm.generate(chat_ids(llm, "Write a sum of three numbers."),
                        SamplingParams(max_tokens=16, temperature=0.0,
-                                      guided=GuidedDecodingParams(grammar=grammar)))[0]
+                                      structured_outputs=StructuredOutputsParams(grammar=grammar)))[0]
     text = out.outputs[0].text
     assert text and all(part.isdigit() for part in text.split("+")), text

@@ -18,7 +18,7 @@ from gdserve.grammar import GrammarError, compile_grammar
 from gdserve.grammar.cfg_sample import SentenceSampler
 from gdserve.grammar.json_schema import compile_json_schema_rules
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.grammar.walk import (accepts_all, allowed_ids, is_json, random_split, single_byte_ids, token_ids_by_bytes,
                                tokenized_mutants)
 from tests.helpers import chat_ids
@@ -286,7 +286,8 @@ def test_smollm2_generations_validate(smollm2_dir):
              ("comments", "Write a comment thread with a reply as JSON."),
              ("expression", "Write the expression (1 + 2) * 3 as a JSON tree."),
              ("pydantic", "Give a product category with two subcategories as JSON.")]
-    params = [SamplingParams(max_tokens=120, temperature=0.0, guided=GuidedDecodingParams(json=SCHEMAS[name]))
+    params = [SamplingParams(max_tokens=120, temperature=0.0,
+                             structured_outputs=StructuredOutputsParams(json=SCHEMAS[name]))
               for name, _ in cases]
     try:
         outs = llm.generate([chat_ids(llm, prompt) for _, prompt in cases], params)

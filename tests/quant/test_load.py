@@ -11,7 +11,7 @@ from gdserve.config import EngineConfig
 from gdserve.engine.model_runner import ModelRunner
 from gdserve.layers.packed_linear import PackedLinear
 from gdserve.models import ALIASES, DEFAULT_MODEL, load_model
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.helpers import run_prefill_and_decode
 
 PROMPT = list(range(3, 40))
@@ -79,7 +79,7 @@ def test_the_engine_finds_the_format_and_decodes_as_the_dequantized_model(reques
 def test_guided_json_on_a_packed_model(awq_dirs):
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
               "required": ["id", "ok"], "additionalProperties": False}
-    params = SamplingParams(max_tokens=96, temperature=0.0, guided=GuidedDecodingParams(json=schema))
+    params = SamplingParams(max_tokens=96, temperature=0.0, structured_outputs=StructuredOutputsParams(json=schema))
     out = engine(awq_dirs[0]).generate({"prompt_token_ids": PROMPT[:5]}, params)[0]
     jsonschema.validate(json.loads(out.outputs[0].text), schema)
 

@@ -98,7 +98,7 @@ def test_llm_fixture(pytester, tiny_args):
         from gdserve import SamplingParams
 
         def test_generate(gdserve_llm):
-            params = SamplingParams(max_tokens=4, guided={"choice": ["yes", "no"]})
+            params = SamplingParams(max_tokens=4, structured_outputs={"choice": ["yes", "no"]})
             assert gdserve_llm.generate("ok?", params)[0].outputs[0].text in ("yes", "no")
     """)
     pytester.runpytest(*tiny_args).assert_outcomes(passed=1)

@@ -32,10 +32,13 @@ class StructuredOutputs(OpenAIModel):
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    json_object: bool | None = None
     whitespace_pattern: str | None = None
-    # vLLM's name: False admits undeclared keys wherever JSON Schema does (GuidedDecodingParams.
-    # open_objects); unset or True closes objects that declare properties (the default)
+    disable_any_whitespace: bool = False
+    # False admits undeclared keys wherever JSON Schema does; unset or True closes objects that
+    # declare properties (the default)
     disable_additional_properties: bool | None = None
+    disable_fallback: bool = False  # accepted: one backend, which never falls back
     report: bool = False  # add the constraint's enforcement report to the response
 
 

@@ -21,7 +21,7 @@ from gdserve.grammar import Grammar, GrammarError
 from gdserve.grammar.service import CompilerUnavailableError
 from gdserve.lora.request import LoRARequest
 from gdserve.outputs import RequestOutput
-from gdserve.sampling_params import GuidedDecodingParams, SamplingParams
+from gdserve.sampling_params import StructuredOutputsParams, SamplingParams
 
 
 @dataclass
@@ -116,7 +116,7 @@ async def compile_constraint(ctx: ServingContext, request: SamplingRequest) -> C
     return Constraint(grammar, {RESPONSE_FORMAT_SCHEMA: list(grammar.relaxed)} if guided.lenient else {})
 
 
-async def compile_guided(ctx: ServingContext, guided: GuidedDecodingParams) -> Grammar:
+async def compile_guided(ctx: ServingContext, guided: StructuredOutputsParams) -> Grammar:
     """Compile off the loop, recording the time; raises GrammarError (a JSON Schema past the
     server's size limits among them)."""
     if guided.kind == "json":

@@ -1,5 +1,5 @@
 """A request's output constraint (guided_* fields, structured_outputs, response_format) as
-GuidedDecodingParams. More than one constraint is a 400; so is a constraint that fails to compile.
+StructuredOutputsParams. More than one constraint is a 400; so is a constraint that fails to compile.
 
 OpenAI's `strict`: a JSON Schema with `"strict": false` (response_format.json_schema, a function
 tool) is compiled leniently, keywords it cannot enforce relaxed instead of refused; the response then
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from gdserve.entrypoints.openai.errors import bad_request
 from gdserve.entrypoints.openai.protocol import SamplingRequest
 from gdserve.grammar import Grammar
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 
 
-def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None, str | None]:
+def guided_params(request: SamplingRequest) -> tuple[StructuredOutputsParams | None, str | None]:
     """(the constraint, the request field it came from) or (None, None)."""
     found = _constraints(request)
     if len(found) > 1:
@@ -30,13 +30,14 @@ def guided_params(request: SamplingRequest) -> tuple[GuidedDecodingParams | None
     so = request.structured_outputs
     if so is not None and so.whitespace_pattern:
         whitespace = so.whitespace_pattern
-    open_objects = so is not None and so.disable_additional_properties is False
+    options = {} if so is None else {"disable_any_whitespace": so.disable_any_whitespace,
+                                     "disable_additional_properties": so.disable_additional_properties}
     if kind == "json" and isinstance(spec, str):
         spec = _parse_schema(spec, param)
     lenient = param == "response_format" and kind == "json" and request.response_format.json_schema.strict is False
     try:
-        return GuidedDecodingParams(**{kind: spec}, whitespace_pattern=whitespace,
-                                    open_objects=open_objects, lenient=lenient), param
+        return StructuredOutputsParams(**{kind: spec}, whitespace_pattern=whitespace, lenient=lenient,
+                                       **options), param
     except ValueError as e:
         raise bad_request(str(e), param) from None
 
@@ -55,9 +56,10 @@ def _constraints(request: SamplingRequest) -> dict[str, tuple[str, object]]:
     so = request.structured_outputs
     if so is not None:
         kinds = [(k, v) for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice),
-                                     ("grammar", so.grammar)) if v is not None]
+                                     ("grammar", so.grammar), ("json_object", so.json_object or None))
+                 if v is not None]
         if len(kinds) != 1:
-            raise bad_request("structured_outputs takes exactly one of json, regex, choice, grammar; "
+            raise bad_request("structured_outputs takes exactly one of json, regex, choice, grammar, json_object; "
                               f"got {', '.join(k for k, _ in kinds) or 'none'}", "structured_outputs")
         found["structured_outputs"] = kinds[0]
     rf = request.response_format

@@ -8,7 +8,7 @@ from gdserve.entrypoints.openai.serving import ServingContext, compile_guided
 from gdserve.entrypoints.openai.structured import Constraint
 from gdserve.entrypoints.openai.tools import Function, ToolPlan
 from gdserve.grammar import GrammarError
-from gdserve.sampling_params import GuidedDecodingParams
+from gdserve.sampling_params import StructuredOutputsParams
 
 
 async def compile_tools(ctx: ServingContext, plan: ToolPlan) -> Constraint:
@@ -20,7 +20,7 @@ async def compile_tools(ctx: ServingContext, plan: ToolPlan) -> Constraint:
     lenient = any(f.strict is False for f in plan.functions)
     own = await _each_function(ctx, plan.functions) if lenient else []
     try:
-        grammar = await compile_guided(ctx, GuidedDecodingParams(json=plan.schema(), lenient=lenient))
+        grammar = await compile_guided(ctx, StructuredOutputsParams(json=plan.schema(), lenient=lenient))
     except GrammarError as e:
         if not lenient:
             await _each_function(ctx, plan.functions)  # a 400 naming the function at fault, if one is
@@ -41,7 +41,7 @@ async def _each_function(ctx: ServingContext, functions: list[Function]) -> list
 async def _compile_function(ctx: ServingContext, f: Function) -> Constraint:
     lenient = f.strict is False
     try:
-        grammar = await compile_guided(ctx, GuidedDecodingParams(json=f.parameters, lenient=lenient))
+        grammar = await compile_guided(ctx, StructuredOutputsParams(json=f.parameters, lenient=lenient))
     except GrammarError as e:
         raise bad_request(f"invalid {f.where} (function '{f.name}'): {e}", "tools") from None
     return Constraint(grammar, {f.where: list(grammar.relaxed)} if lenient else {})

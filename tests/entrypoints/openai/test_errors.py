@@ -124,7 +124,7 @@ CONSTRAINTS = [  # 400: a constraint that is contradictory, unsupported, too lar
         ("whitespace",), "guided_whitespace_pattern"),
     Bad("open objects without JSON",
         chat(structured_outputs={"regex": "a+", "disable_additional_properties": False}), 400,
-        ("open_objects", "json"), "structured_outputs"),
+        ("disable_additional_properties", "json"), "structured_outputs"),
     Bad("json_schema without a schema", chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
         400, ("json_schema.schema",), "response_format"),
     Bad("invalid regex", chat(guided_regex="(a"), 400, ("cannot compile regex '(a'",), "guided_regex"),

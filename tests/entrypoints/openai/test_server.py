@@ -164,8 +164,11 @@ def test_guided_kinds_through_extra_body(tiny_server):
                   {"guided_json": schema, "guided_whitespace_pattern": ""}):
         value = json.loads(chat(**extra))
         assert value["d"] in range(10) and value["c"] in ("x", "y")
-    compact = chat(guided_json=schema, guided_whitespace_pattern="")
-    assert " " not in compact and "\n" not in compact
+    for extra in ({"guided_json": schema, "guided_whitespace_pattern": ""},
+                  {"structured_outputs": {"json": schema, "disable_any_whitespace": True, "disable_fallback": True}}):
+        compact = chat(**extra)
+        assert " " not in compact and "\n" not in compact
+    assert isinstance(json.loads(chat(structured_outputs={"json_object": True})), dict)
     # disable_additional_properties: false (vLLM's field): undeclared keys admitted, as JSON Schema
     # does; the default closes the object, and its report says so
     open_schema = {"type": "object", "properties": {"d": {"type": "integer"}}, "required": ["d"]}
