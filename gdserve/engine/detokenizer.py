@@ -13,6 +13,8 @@ include_stop_str_in_output), and text that could still begin a stop string is he
 Deferred: where nobody reads the text before the sequence finishes (no stop strings, the final
 output only), append only records the token and flush decodes the whole output once: one decode
 per sequence instead of two per token, the largest share of the engine's host work per token.
+The text is the incremental one's, but where a byte-fallback vocabulary's byte tokens do not form
+valid UTF-8: the windows may group such bytes otherwise (U+FFFD either way).
 """
 from transformers import PreTrainedTokenizerBase
 

@@ -236,3 +236,26 @@ def test_random_stops_match_reference_and_never_retract(smollm2, sentencepiece_l
         expected, stop = reference_stop(text, stops, include)
         assert (detok.output_text, detok.stop_reason) == (expected, stop), (text, stops)
         assert emitted == expected  # so every delta was final: nothing emitted was taken back
+
+
+@pytest.mark.parametrize("tokenizer_name", ["smollm2", "sentencepiece_like"])
+def test_deferred_text_is_the_incremental_text(tokenizer_name, request):
+    """A deferred detokenizer (read only at the finish) emits nothing per token and flushes what
+    the incremental one emits in all, prompt context and skipped special tokens included."""
+    tok = request.getfixturevalue(tokenizer_name)
+    rng = random.Random(5)
+    specials = [tok.bos_token_id, tok.eos_token_id]
+    for _ in range(200):
+        if tokenizer_name == "smollm2":  # any ids: a byte-level vocabulary decodes any run the same
+            ids = [rng.randrange(len(tok)) for _ in range(rng.randint(1, 20))]
+        else:  # text and special tokens (random byte tokens make invalid UTF-8, which windows split)
+            ids = encode(tok, random_text(rng, rng.randint(1, 8))) + [rng.choice(specials)]
+            ids += encode(tok, random_text(rng, rng.randint(1, 4)))
+        prompt = encode(tok, random_text(rng, rng.randint(0, 4)))
+        skip = rng.random() < 0.5
+        incremental, _ = stream(tok, ids, prompt, skip_special_tokens=skip)
+        deferred = IncrementalDetokenizer(tok, prompt, skip, [], False, deferred=True)
+        assert all(deferred.append(t) == "" for t in ids)
+        assert deferred.flush() == incremental.output_text
+    # Stop strings need the text as it comes: a detokenizer given them is never deferred.
+    assert not IncrementalDetokenizer(tok, [], True, ["x"], False, deferred=True).deferred
