@@ -37,15 +37,20 @@ class Allowance:
 _local = threading.local()
 
 
-@contextmanager
-def allowing(allowance: Allowance) -> Iterator[None]:
-    """Bound by `allowance` the mask work done on this thread inside the block."""
-    outer = getattr(_local, "allowance", None)
-    _local.allowance = allowance
-    try:
-        yield
-    finally:
-        _local.allowance = outer
+class allowing:
+    """`with allowing(allowance):` bounds by `allowance` the mask work done on this thread inside
+    the block. A class, not a generator: the engine enters one per guided token."""
+
+    def __init__(self, allowance: Allowance):
+        self.allowance = allowance
+        self.outer = None
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_local, "allowance", None)
+        _local.allowance = self.allowance
+
+    def __exit__(self, *exc) -> None:
+        _local.allowance = self.outer
 
 
 @contextmanager
