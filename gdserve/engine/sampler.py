@@ -237,11 +237,7 @@ def inverse_cdf(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     the row's total. A seeded row draws its u from its own generator."""
     cdf = torch.softmax(logits, dim=-1).cumsum_(dim=-1)
     total = cdf[:, -1:]
-    u = torch.empty_like(total)
-    if not batch.all_seeded:
-        u.uniform_()
-    for row, generator in batch.seeded:
-        u[row].uniform_(generator=generator)
+    u = _random_like(total, batch, torch.Tensor.uniform_)
     u = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
@@ -268,16 +264,22 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
-def _exponential_noise(probs: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """Exp(1) noise [S, V]. A seeded row draws exactly V values from its own generator each step,
-    so its tokens do not depend on what else is in the batch (as inverse_cdf's one draw); the
-    others share the default RNG."""
-    noise = torch.empty_like(probs)
+def _random_like(like: torch.Tensor, batch: SamplingBatch, fill) -> torch.Tensor:
+    """A tensor shaped like `like`, filled in place by `fill` (torch.Tensor.uniform_,
+    .exponential_): a seeded row draws from its own generator, the same count each step, so its
+    tokens do not depend on what else is in the batch; the others share the default RNG."""
+    out = torch.empty_like(like)
     if not batch.all_seeded:
-        noise.exponential_()
+        fill(out)
     for row, generator in batch.seeded:
-        noise[row].exponential_(generator=generator)
-    # A draw of exactly 0 would turn a zero-probability token's 0/0 into NaN.
+        fill(out[row], generator=generator)
+    return out
+
+
+def _exponential_noise(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Exp(1) noise [S, V]. A draw of exactly 0 would make its log -inf, and a zero-probability
+    token's score NaN: the smallest float stands in for it."""
+    noise = _random_like(logits, batch, torch.Tensor.exponential_)
     return noise.clamp_min_(torch.finfo(noise.dtype).tiny)
 
 

@@ -138,6 +138,15 @@ def test_a_token_budget_past_max_model_len(tiny_llama_dir, tiny_prompts, tiny_ex
     assert_no_leaks(llm)
 
 
+def stub_cuda_memory(monkeypatch) -> None:
+    """torch.cuda's memory calls as a 10**6-byte device whose peak is 1,000 bytes, so the GPU
+    start-up's memory profile runs on the CPU."""
+    for name, fn in {"synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
+                     "empty_cache": lambda: None, "max_memory_allocated": lambda *a: 1000,
+                     "get_device_properties": lambda *a: SimpleNamespace(total_memory=10 ** 6)}.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+
+
 def test_cuda_memory_profile_runs_the_largest_step(tiny_llama_dir, monkeypatch):
     """The GPU start-up's KV budget, run here with torch.cuda's memory calls stubbed: the profile
     forwards the whole token budget (split at max_model_len) and samples max_num_seqs rows."""
@@ -152,10 +161,7 @@ def test_cuda_memory_profile_runs_the_largest_step(tiny_llama_dir, monkeypatch):
         return dummy_step(runner, *args, **kwargs)
 
     monkeypatch.setattr(ModelRunner, "dummy_step", recorded)
-    for name, fn in {"synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
-                     "empty_cache": lambda: None, "max_memory_allocated": lambda *a: 1000,
-                     "get_device_properties": lambda *a: SimpleNamespace(total_memory=10 ** 6)}.items():
-        monkeypatch.setattr(torch.cuda, name, fn)
+    stub_cuda_memory(monkeypatch)
     assert llm.engine._profile_cuda_budget() == int(10 ** 6 * 0.9) - 1000
     assert steps == [(dummy_step_blocks(300, 128, 4), (300, 128), {"num_sampled": 16})]
 
@@ -174,10 +180,7 @@ def test_unset_max_num_seqs_is_sized_from_the_kv_cache(tiny_llama_dir, monkeypat
     sampled = []
     monkeypatch.setattr(llm.engine, "_new_runner", lambda num_blocks: SimpleNamespace(
         dummy_step=lambda *args, num_sampled: sampled.append(num_sampled)))
-    for name, fn in {"synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
-                     "empty_cache": lambda: None, "max_memory_allocated": lambda *a: 1000,
-                     "get_device_properties": lambda *a: SimpleNamespace(total_memory=10 ** 6)}.items():
-        monkeypatch.setattr(torch.cuda, name, fn)
+    stub_cuda_memory(monkeypatch)
     llm.engine._profile_cuda_budget()
     assert sampled == [1024]
 
