@@ -44,6 +44,10 @@ class EngineConfig:
     # (pinned on CUDA) and back, falling back to recompute when the swap space is full. None: recompute
     preemption_mode: str | None = None
     swap_space: float = 4
+    # Admission keeps KV blocks free for the running sequences' expected growth (GrowthReserve):
+    # the share of max_tokens recent requests generated, times this (SGLang's name). 0: admit
+    # while the prompt fits, preempting when sequences outgrow the cache
+    schedule_conservativeness: float = 1.0
     seed: int = 0
     grammar_compile_timeout_s: float = 10.0  # a guided request whose constraint takes longer fails
     # Processes compiling constraints off the engine loop, one constraint each at a time. None: one
@@ -91,6 +95,7 @@ class EngineConfig:
         _check(self.preemption_mode in PREEMPTION_MODES, "preemption_mode",
                f"must be one of {list(PREEMPTION_MODES)}")
         _check(self.swap_space >= 0, "swap_space", "must be >= 0 GiB")
+        _check(self.schedule_conservativeness >= 0, "schedule_conservativeness", "must be >= 0")
         _check(self.preemption_mode != "swap" or self.swap_space > 0, "swap_space",
                "must be > 0 GiB with preemption_mode 'swap'")
         _check(self.grammar_compile_timeout_s > 0, "grammar_compile_timeout_s", "must be > 0")

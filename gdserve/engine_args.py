@@ -30,6 +30,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                              "(recompute, the default) or copy them to CPU memory and back (swap)")
     parser.add_argument("--swap-space", type=float, default=4,
                         help="CPU memory in GiB for swapped-out KV blocks (with --preemption-mode swap)")
+    parser.add_argument("--schedule-conservativeness", type=float, default=1.0,
+                        help="KV blocks kept free for running sequences' expected growth, as a multiple of "
+                             "the share of max_tokens recent requests generated (0: none; admit while the "
+                             "prompt fits and preempt when sequences outgrow the cache)")
     parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     parser.add_argument("--grammar-compile-timeout-s", type=float, default=10.0)
     parser.add_argument("--grammar-compile-workers", type=int,
@@ -61,6 +65,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enable_prefix_caching=args.enable_prefix_caching, load_format=args.load_format,
                 preemption_mode=args.preemption_mode, swap_space=args.swap_space,
+                schedule_conservativeness=args.schedule_conservativeness,
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s,
                 grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,

@@ -5,8 +5,9 @@ guided_workload() n=256 guided against the same work unguided. Llama-3-8B shape,
 weights on both sides. Needs the standard workloads: GDSERVE_SHARED=<folder holding
 bench/workload.py and guided_schemas.json>.
 Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--fp8-kv] [--fp8-weights]
-[--tokenizer=DIR|byte-pair] (writes bench_gpu.json under $OUT; --guided-only: the guided against
-unguided run alone; --fp8-kv: the engine again with an fp8 KV cache, after the bf16 one;
+[--tokenizer=DIR|byte-pair] [--guided-n=N] [--guided-fp8] (writes bench_gpu.json under $OUT;
+--guided-only: the guided against unguided run alone; --guided-n: its request count (256);
+--guided-fp8: that run with fp8 weights and KV cache; --fp8-kv: the engine again with an fp8 KV cache, after the bf16 one;
 --fp8-weights: the engine again with `quantization="fp8"` (W8A8), with the bf16 and then the fp8
 KV cache, then bf16 and fp8 weights once more; the tokenizer: SmolLM2's, saved to
 build/tokenizer by `make gpu-carry`, by default)"""
@@ -64,7 +65,12 @@ def main() -> None:
                 for key in ("engine_fp8_weights", "engine_fp8_weights_fp8_kv"):
                     result[f"{key}_over_bf16"] = result[key]["tokens_per_s"] / result["engine"]["tokens_per_s"]
             record("engine_eager", run_engine(requests, tmp, {**engine_args, "enforce_eager": True}))
-        record("guided", run_guided_vs_unguided(workloads.guided_workload(n=256), tmp, engine_args))
+        guided_n = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--guided-n=")), 256))
+        guided_args = ({**engine_args, "quantization": "fp8", "kv_cache_dtype": "fp8"}
+                       if "--guided-fp8" in sys.argv else engine_args)
+        result["guided_workload"] = f"guided_workload(n={guided_n})"
+        result["guided_engine_args"] = guided_args
+        record("guided", run_guided_vs_unguided(workloads.guided_workload(n=guided_n), tmp, guided_args))
         if "--skip-hf" not in sys.argv and not guided_only:
             record("hf", run_hf(requests, Path(tmp), torch.bfloat16, torch.device("cuda"), 128, dummy=True))
             result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]

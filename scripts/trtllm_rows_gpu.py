@@ -5,9 +5,10 @@ each request sampled to its max_tokens with EOS ignored: the requests and sampli
 in one process for every row (one engine per mode, warmed once) and timed step by step.
 
 Usage: python3 scripts/trtllm_rows_gpu.py [--modes fp8,bf16] [--rows 128/128,1000/1000,...]
-[--scale F] [--max-num-seqs N] [--max-num-batched-tokens N] [--profile ROWS] [--cprofile ROWS]
+[--scale F] [--max-num-seqs N] [--max-num-batched-tokens N] [--schedule-conservativeness C[,C]]
+[--profile ROWS] [--cprofile ROWS]
 --modes: fp8 = fp8 weights and fp8 KV cache (TensorRT-LLM's configuration), bf16 = bf16 weights
-and cache. --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
+and cache. --schedule-conservativeness: one engine per value and mode (default 1.0). --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
 --profile 128/128,...: torch.profiler over a few decode steps at the largest batch, for those rows
 of the first mode; --cprofile ROWS: the host's time by function over those rows' timed runs.
 Writes trtllm_rows.json (and trtllm_rows_profile.txt) under $OUT."""
@@ -43,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--schedule-conservativeness", default="1.0")
     p.add_argument("--profile", default="")
     p.add_argument("--cprofile", default="")
     return p.parse_args()
@@ -131,8 +133,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         test_gpu.save_model_dir(Path(tmp), 32, None, vocab_size=VOCAB)
         token_ids = allowed_token_ids(load_tokenizer(tmp))
-        for mode in args.modes.split(","):
-            engine_args = {"load_format": "dummy", "dtype": "bfloat16", **MODES[mode], **overrides}
+        engines = [(mode, float(c)) for mode in args.modes.split(",")
+                   for c in args.schedule_conservativeness.split(",")]
+        for mode, conservativeness in engines:
+            engine_args = {"load_format": "dummy", "dtype": "bfloat16", **MODES[mode], **overrides,
+                           "schedule_conservativeness": conservativeness}
             start = time.perf_counter()
             llm = warm_llm(tmp, engine_args, [{"prompt_token_ids": [5] * 16}])
             startup = round(time.perf_counter() - start, 1)

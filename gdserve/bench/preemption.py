@@ -32,7 +32,8 @@ def bench_preemption(requests: list[dict], model: str, engine_args: dict, result
     result["ratio"] = result["swap"]["tokens_per_s"] / result["recompute"]["tokens_per_s"]
     print(f"ratio swap / recompute: {result['ratio']:.2f}x")
     if result["recompute"]["num_preemptions"] == 0:
-        print("warning: nothing was preempted; shrink the KV cache (--gpu-memory-utilization, --kv-cache-memory)",
+        print("warning: nothing was preempted; shrink the KV cache (--gpu-memory-utilization, --kv-cache-memory) "
+              "or pass --schedule-conservativeness 0",
               file=sys.stderr)
     write_result(result, output)
 

@@ -41,16 +41,18 @@ class KVCacheManager:
         self.num_hits += len(hits) * self.block_size
         return hits
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] = (),
+                       reserve: int = 0) -> bool:
         """Grow seq's block table to hold num_new_tokens more tokens (after taking computed_blocks,
-        for a newly admitted sequence). False, with nothing changed, if the pool is too small."""
+        for a newly admitted sequence). False, with nothing changed, if the pool is too small or
+        would keep fewer than `reserve` blocks free."""
         num_cached = len(computed_blocks) * self.block_size
         total = max(seq.num_computed_tokens, num_cached) + num_new_tokens
         num_needed = -(-total // self.block_size) - len(seq.block_table) - len(computed_blocks)
-        if num_needed <= 0 and not computed_blocks:  # most decode steps: the last block has room
+        if num_needed <= 0 and not computed_blocks and not reserve:  # most decode steps: the last block has room
             return True
         num_reclaimed = sum(1 for b in computed_blocks if self.pool.blocks[b].ref_cnt == 0)
-        if num_needed > self.pool.num_free_blocks - num_reclaimed:
+        if max(num_needed, 0) + reserve > self.pool.num_free_blocks - num_reclaimed:
             return False
         for block_id in computed_blocks:
             self.pool.touch(self.pool.blocks[block_id])

@@ -22,6 +22,7 @@ from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.executor import MultiprocExecutor
 from gdserve.engine.guided import GuidedDecoder, check_fits
+from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
 from gdserve.engine.request import PLACEHOLDER, Sequence
@@ -123,7 +124,8 @@ class LLMEngine:
         self.runner.allocate_swap_space(num_swap_blocks)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching, num_swap_blocks)
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_loras if config.enable_lora else 0, preemption_mode)
+                                   config.max_loras if config.enable_lora else 0, preemption_mode,
+                                   GrowthReserve(config.schedule_conservativeness))
         self.sampler = Sampler()
         # Overlap each step's host work with the device's forward (where the forward is asynchronous).
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None

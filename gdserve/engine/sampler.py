@@ -1,15 +1,17 @@
 """Batched sampling over the logits of the rows sampled this step.
 
 Order: logit_bias -> min_tokens masking -> penalties -> (logprobs) -> greedy argmax, or
-temperature -> top_k -> top_p -> min_p -> a draw from the softmax (an exponential race on the
-device, the inverse CDF on the CPU). A feature no row uses is None
-in the SamplingBatch and costs nothing, so an all-greedy batch is one argmax.
+temperature -> top_k -> top_p -> min_p -> a draw from the softmax. On the device every row is
+drawn in one pass (gumbel_argmax: temperature and noise fused, greedy rows at temperature 0); on
+the CPU by the inverse CDF. A feature no row uses is None in the SamplingBatch and costs
+nothing, so an all-greedy batch is one argmax.
 """
 import itertools
 from dataclasses import dataclass
 
 import torch
 
+from gdserve.kernels.sampling import gumbel_argmax
 from gdserve.sampling_params import SamplingParams
 from gdserve.utils import to_device
 
@@ -50,6 +52,11 @@ class SamplingBatch:
     repetition: RepetitionPenalty | None
     frequency_presence: FrequencyPresencePenalty | None
     max_num_logprobs: int | None             # None: no row wants logprobs
+
+    @property
+    def truncates(self) -> bool:
+        """Whether some row uses top_k, top_p or min_p."""
+        return self.top_k is not None or self.top_p is not None or self.min_p is not None
 
     @classmethod
     def build(cls, params: list[SamplingParams], token_ids: list[list[int]], num_prompt_tokens: list[int],
@@ -175,13 +182,21 @@ class HostSamplerOutput:
 
 
 class Sampler:
+    def __init__(self, one_pass_draw: bool | None = None):
+        """one_pass_draw: draw with gumbel_argmax (the device's way) rather than the inverse CDF
+        (the CPU's); None: on CUDA only."""
+        self.one_pass_draw = one_pass_draw
+
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         """logits: [N, V] float32; modified in place."""
         logits = self.process_logits(logits, batch)
         # Logprobs describe the processed distribution before temperature and truncation
         # (what the model, with the request's biases and penalties, assigns to each token).
         logprobs = torch.log_softmax(logits, dim=-1) if batch.max_num_logprobs is not None else None
-        if batch.all_sampled:
+        one_pass = logits.is_cuda if self.one_pass_draw is None else self.one_pass_draw
+        if one_pass and batch.sample_rows.numel():
+            token_ids = draw_in_one_pass(logits, batch)
+        elif batch.all_sampled:
             token_ids = self.sample(logits, batch)
         else:
             token_ids = logits.argmax(dim=-1)
@@ -208,30 +223,52 @@ class Sampler:
 
     @staticmethod
     def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        """logits: [S, V] of the sampled rows (overwritten) -> [S] token ids."""
-        if batch.temperature is not None:
-            logits.div_(batch.temperature)
-        if batch.top_p is not None:
-            logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
-        elif batch.top_k is not None:
-            logits = _top_k(logits, batch.top_k, batch.max_top_k)
-        if batch.min_p is not None:
-            probs = torch.softmax(logits, dim=-1)
-            top = probs.amax(dim=-1, keepdim=True)
-            logits = logits.masked_fill(probs < batch.min_p.unsqueeze(1) * top, float("-inf"))
-        return exponential_race(logits, batch) if logits.is_cuda else inverse_cdf(logits, batch)
+        """logits: [S, V] of the sampled rows (overwritten) -> [S] token ids, the CPU's way."""
+        return inverse_cdf(truncate(logits, batch), batch)
 
 
-def exponential_race(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """A token per row with probability softmax(logits) (logits overwritten), the device's way:
-    argmax(p_i / E_i), E_i ~ Exp(1), picks i with probability p_i / sum(p); in logs,
-    argmax(logit_i - log E_i), a few elementwise passes and no softmax."""
-    return logits.sub_(_exponential_noise(logits, batch).log_()).argmax(dim=-1)
+def truncate(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """logits: [S, V] of the sampled rows (overwritten) over their temperature, with the tokens
+    outside top_k, top_p and min_p at -inf."""
+    if batch.temperature is not None:
+        logits.div_(batch.temperature)
+    if batch.top_p is not None:
+        logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
+    elif batch.top_k is not None:
+        logits = _top_k(logits, batch.top_k, batch.max_top_k)
+    if batch.min_p is not None:
+        probs = torch.softmax(logits, dim=-1)
+        top = probs.amax(dim=-1, keepdim=True)
+        logits = logits.masked_fill(probs < batch.min_p.unsqueeze(1) * top, float("-inf"))
+    return logits
+
+
+def draw_in_one_pass(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """[N] token ids of every row in one pass over logits [N, V] (gumbel_argmax): a greedy row
+    at temperature 0, a sampled row at its own, or at 1 once truncate has divided by it. Each
+    sampled row draws its noise's seed: a seeded row from its own generator, one draw a step."""
+    rows = batch.sample_rows
+    temperature = batch.temperature.squeeze(1) if batch.temperature is not None else None
+    if batch.truncates:
+        if batch.all_sampled:
+            logits = truncate(logits, batch)
+        else:
+            logits[rows] = truncate(logits[rows], batch)
+        temperature = None
+    if temperature is None:
+        temperature = torch.ones(rows.shape[0], device=logits.device)
+    seeds = _random_like(torch.empty(rows.shape[0], dtype=torch.int64, device=logits.device), batch,
+                         torch.Tensor.random_)
+    if not batch.all_sampled:
+        temperature = torch.zeros(logits.shape[0], device=logits.device).index_copy_(0, rows, temperature)
+        seeds = torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device).index_copy_(0, rows, seeds)
+    return gumbel_argmax(logits, temperature, seeds)
 
 
 def inverse_cdf(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """The same draw, the CPU's way: an exponential per vocabulary entry costs the CPU 6x a
-    softmax and a cumulative sum (0.87 against 0.15 ms a row at 49,152 tokens), so each row
+    """A token per row with probability softmax(logits), the CPU's way: an exponential per
+    vocabulary entry costs the CPU 6x a softmax and a cumulative sum (0.87 against 0.15 ms a row
+    at 49,152 tokens), so each row
     draws one uniform u and takes the first token whose cumulative probability exceeds u. A
     token of probability 0 never does (adding 0 leaves the sum where it was), and u stays below
     the row's total. A seeded row draws its u from its own generator."""
@@ -266,7 +303,7 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.
 
 def _random_like(like: torch.Tensor, batch: SamplingBatch, fill) -> torch.Tensor:
     """A tensor shaped like `like`, filled in place by `fill` (torch.Tensor.uniform_,
-    .exponential_): a seeded row draws from its own generator, the same count each step, so its
+    .random_): a seeded row draws from its own generator, the same count each step, so its
     tokens do not depend on what else is in the batch; the others share the default RNG."""
     out = torch.empty_like(like)
     if not batch.all_seeded:
@@ -274,13 +311,6 @@ def _random_like(like: torch.Tensor, batch: SamplingBatch, fill) -> torch.Tensor
     for row, generator in batch.seeded:
         fill(out[row], generator=generator)
     return out
-
-
-def _exponential_noise(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """Exp(1) noise [S, V]. A draw of exactly 0 would make its log -inf, and a zero-probability
-    token's score NaN: the smallest float stands in for it."""
-    noise = _random_like(logits, batch, torch.Tensor.exponential_)
-    return noise.clamp_min_(torch.finfo(noise.dtype).tiny)
 
 
 def _gather_logprobs(logprobs: torch.Tensor | None, token_ids: torch.Tensor,

@@ -1,6 +1,7 @@
 """Continuous batching: every step shares one token budget between running sequences (decodes
 and unfinished prefill chunks), swapped-out ones coming back, and newly admitted ones, FCFS;
-preempts the newest when the KV cache runs out of blocks.
+preempts the newest when the KV cache runs out of blocks. A new sequence is admitted only while
+the blocks left free cover what the running ones are expected to grow by (GrowthReserve).
 
 A preempted sequence is swapped out (preemption_mode "swap": its blocks copied to CPU memory,
 its computed tokens kept) where the swap space has room, else recomputed (its blocks dropped, its
@@ -10,6 +11,7 @@ one is admitted.
 from collections import deque
 from dataclasses import dataclass, field
 
+from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.request import Sequence, SequenceStatus
 
@@ -38,8 +40,10 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_loras: int = 0, preemption_mode: str = "recompute"):
+                 max_loras: int = 0, preemption_mode: str = "recompute",
+                 growth_reserve: GrowthReserve | None = None):
         self.kv_cache = kv_cache
+        self.growth_reserve = growth_reserve if growth_reserve is not None else GrowthReserve()
         self.preemption_mode = preemption_mode
         self.max_loras = max_loras  # distinct adapters the running batch may use
         self.max_num_seqs = max_num_seqs
@@ -111,9 +115,12 @@ class Scheduler:
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         """FCFS, except that a sequence whose adapter would exceed max_loras waits (keeping its
-        place) while those behind it go in."""
+        place) while those behind it go in. While anything runs, a sequence goes in only if the
+        blocks left free cover the expected growth of the running ones and its own."""
         loras = self._running_loras()
         held_back: list[Sequence] = []
+        block_size = self.kv_cache.block_size
+        reserved = self.growth_reserve.reserved_tokens(self.running, block_size) if self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.leader is not None and not seq.leader.is_prefilled and not seq.leader.is_finished:
@@ -124,8 +131,12 @@ class Scheduler:
             computed = self.kv_cache.get_computed_blocks(seq)
             num_cached = len(computed) * self.kv_cache.block_size
             num_new = min(seq.num_tokens - num_cached, budget)
-            if not self.kv_cache.allocate_slots(seq, num_new, computed):
+            num_slots = -(-(num_cached + num_new) // block_size) * block_size
+            growth = self.growth_reserve.expected_tokens(seq, num_slots)
+            reserve = -int(-(reserved + growth) // block_size) if self.running else 0
+            if not self.kv_cache.allocate_slots(seq, num_new, computed, reserve):
                 break
+            reserved += growth
             self.waiting.popleft()
             seq.num_computed_tokens = num_cached
             if seq.num_preemptions == 0:
@@ -181,3 +192,5 @@ class Scheduler:
             self.swapped.remove(seq)
         self.kv_cache.free(seq)
         seq.status = SequenceStatus.FINISHED
+        if seq.finish_reason not in ("abort", "error"):
+            self.growth_reserve.record(seq)

@@ -11,7 +11,8 @@ from tests.bench.conftest import ENGINE_FLAGS
 def test_cli_writes_both_modes_and_their_ratio(tiny_llama_dir, tiny_workload, tmp_path, capsys):
     output = tmp_path / "preemption.json"
     main(["bench", "throughput", str(tiny_llama_dir), "--compare-preemption", "--num-requests", "12",
-          "--num-gpu-blocks-override", "12", "--swap-space", "0.01", "--output", str(output), *ENGINE_FLAGS])
+          "--num-gpu-blocks-override", "12", "--swap-space", "0.01",
+          "--schedule-conservativeness", "0", "--output", str(output), *ENGINE_FLAGS])
     r = json.loads(output.read_text())
     assert {"command", "date", "commit", "machine", "device"} <= set(r)
     expected = sum(3 + i for i in range(12))  # EOS ignored: every request runs to its max_tokens

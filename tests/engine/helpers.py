@@ -21,5 +21,6 @@ def fake_step(scheduler: Scheduler, next_token: int = 7) -> ScheduledBatch:
         if seq.num_computed_tokens == seq.num_tokens:
             seq.token_ids.append(next_token)
             if seq.num_output_tokens >= seq.max_tokens:
+                seq.finish_reason = "length"
                 scheduler.finish(seq)
     return batch

@@ -139,7 +139,7 @@ def test_guided_survives_preemption(smollm2_dir, preemption_mode):
               "required": ["name", "age"], "additionalProperties": False}
     # 8 blocks of 16 tokens: two ~50-token prompts fill most of it, so growing sequences preempt.
     small = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=8 * 737280, block_size=16, max_model_len=128,
-                preemption_mode=preemption_mode, swap_space=64 * 737280 / (1 << 30))
+                preemption_mode=preemption_mode, swap_space=64 * 737280 / (1 << 30), schedule_conservativeness=0)
     prompts = [chat_ids(small, f"Describe person number {i} as JSON.") for i in range(6)]
     outs = small.generate(prompts, json_params(schema, 64))
     assert small.engine.scheduler.num_preemptions > 0

@@ -190,7 +190,7 @@ def test_preemption_keeps_outputs_identical(tiny_llama_dir, tiny_prompts, tiny_e
     per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
                                          4, torch.float32)
     small = LLM(str(tiny_llama_dir), dtype="float32", max_num_batched_tokens=64, kv_cache_memory=16 * per_block,
-                block_size=4, max_model_len=64)
+                block_size=4, max_model_len=64, schedule_conservativeness=0)
     assert small.engine.kv_cache.num_blocks == 16
     outs = small.generate([{"prompt_token_ids": ids} for ids in tiny_prompts], greedy(24))
     assert [o.outputs[0].token_ids for o in outs] == tiny_expected
@@ -206,7 +206,7 @@ def test_fp8_kv_cache_matches_hf_with_rounded_kv(tiny_llama_dir, tiny_prompts, k
     per_block = kv_cache_bytes_per_block(ModelConfig.from_hf(AutoConfig.from_pretrained(tiny_llama_dir)),
                                          4, torch.float32)
     llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_dtype=kv_cache_dtype, max_num_batched_tokens=64,
-              kv_cache_memory=4 * per_block, block_size=4, max_model_len=64)
+              kv_cache_memory=4 * per_block, block_size=4, max_model_len=64, schedule_conservativeness=0)
     assert llm.engine.kv_cache.num_blocks == 16
     assert run_staggered(llm, tiny_prompts, greedy(24)) == hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch_dtype)
     assert llm.engine.scheduler.num_preemptions > 0

@@ -103,7 +103,7 @@ def test_preemption_keeps_adapter_outputs(tiny_llama_dir, tiny_adapters):
     expected = tokens(tiny_llm(tiny_llama_dir).generate(prompts, params, lora_request=loras))
     per_block = 2 * 2 * 4 * 2 * 16 * 4  # K and V, 2 layers, 4 tokens, 2 KV heads, head dim 16, float32
     tight = tiny_llm(tiny_llama_dir, kv_cache_memory=16 * per_block, block_size=4, max_model_len=64,
-                     max_num_batched_tokens=64)
+                     max_num_batched_tokens=64, schedule_conservativeness=0)
     assert tight.engine.kv_cache.num_blocks == 16
     assert tokens(tight.generate(prompts, params, lora_request=loras)) == expected
     assert tight.engine.scheduler.num_preemptions > 0

@@ -2,16 +2,19 @@ import random
 
 import pytest
 
+from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.request import Sequence, SequenceStatus
 from gdserve.engine.scheduler import Scheduler
 from tests.engine.helpers import fake_step, make_seq
 
 
-def make_scheduler(num_blocks=64, block_size=4, max_num_seqs=8, budget=64, max_loras=0, num_swap_blocks=0):
+def make_scheduler(num_blocks=64, block_size=4, max_num_seqs=8, budget=64, max_loras=0, num_swap_blocks=0,
+                   conservativeness=0.0):
+    """conservativeness 0: no growth reserve (the preemption tests overcommit the cache)."""
     mode = "swap" if num_swap_blocks else "recompute"
     return Scheduler(KVCacheManager(num_blocks, block_size, num_swap_blocks=num_swap_blocks), max_num_seqs,
-                     budget, max_loras, mode)
+                     budget, max_loras, mode, GrowthReserve(conservativeness))
 
 
 def assert_all_free(s: Scheduler) -> None:

@@ -22,11 +22,11 @@ def block_bytes(model_dir, dtype=torch.float32) -> int:
 
 
 def tight_llm(model_dir, mode: str, num_blocks: int = 16, swap_blocks: int = 64, **kw) -> LLM:
-    """num_blocks KV blocks of 4 tokens: the batch outgrows them and preempts."""
+    """num_blocks KV blocks of 4 tokens and no growth reserve: the batch outgrows them and preempts."""
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(kw.get("kv_cache_dtype"), torch.float32)
     per_block = block_bytes(model_dir, kv_dtype)
     return LLM(str(model_dir), dtype="float32", max_num_batched_tokens=64, block_size=4, max_model_len=64,
-               kv_cache_memory=num_blocks * per_block, preemption_mode=mode,
+               kv_cache_memory=num_blocks * per_block, preemption_mode=mode, schedule_conservativeness=0,
                swap_space=swap_blocks * per_block / (1 << 30), **kw)
 
 

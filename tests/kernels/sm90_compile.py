@@ -99,6 +99,13 @@ def bitmask(dtype: torch.dtype, indexed: bool) -> None:
                                torch.arange(4, dtype=torch.int32) if indexed else None)
 
 
+def gumbel_argmax(dtype: torch.dtype) -> None:
+    from gdserve.kernels.sampling import NOISE_BLOCK
+    from gdserve.kernels.triton.sampling import gumbel_argmax_triton
+    gumbel_argmax_triton(torch.zeros(4, 128256, dtype=dtype), torch.ones(4), torch.zeros(4, dtype=torch.int64),
+                         NOISE_BLOCK)
+
+
 def rms_norm(hidden: int, residual: bool, dtype: torch.dtype = BF16, quant_fp8: bool = False) -> None:
     from gdserve.kernels.triton.rms_norm import rms_norm_triton
     x = torch.zeros(4, hidden, dtype=dtype)
@@ -202,6 +209,8 @@ def _cases() -> dict[str, Callable[[], None]]:
     for dtype, name in ((FP32, "fp32"), (BF16, "bf16")):
         cases[f"bitmask-{name}"] = lambda dtype=dtype: bitmask(dtype, indexed=False)
     cases["bitmask-indexed-fp32"] = lambda: bitmask(FP32, indexed=True)
+    for dtype, name in ((FP32, "fp32"), (BF16, "bf16")):
+        cases[f"gumbel-argmax-{name}"] = lambda dtype=dtype: gumbel_argmax(dtype)
     for hidden in (576, 4096):
         cases[f"rms-norm-{hidden}"] = lambda h=hidden: rms_norm(h, residual=False)
         cases[f"rms-norm-residual-{hidden}"] = lambda h=hidden: rms_norm(h, residual=True)

@@ -11,7 +11,8 @@ from tests.entrypoints.openai.conftest import start_server, stop_server
 def swap_server(tiny_llama_dir, tmp_path_factory):
     proc, server = start_server(tiny_llama_dir, tmp_path_factory.mktemp("logs") / "swap.log",
                                 "--preemption-mode", "swap", "--swap-space", "0.01", "--block-size", "4",
-                                "--num-gpu-blocks-override", "24", "--max-model-len", "128")
+                                "--num-gpu-blocks-override", "24", "--max-model-len", "128",
+                                "--schedule-conservativeness", "0")
     yield server
     stop_server(proc)
 
