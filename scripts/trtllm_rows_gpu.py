@@ -10,7 +10,8 @@ Usage: python3 scripts/trtllm_rows_gpu.py [--modes fp8,bf16] [--rows 128/128,100
 --modes: fp8 = fp8 weights and fp8 KV cache (TensorRT-LLM's configuration), bf16 = bf16 weights
 and cache. --schedule-conservativeness: one engine per value and mode (default 1.0). --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
 --profile 128/128,...: torch.profiler over a few decode steps at the largest batch, for those rows
-of the first mode; --cprofile ROWS: the host's time by function over those rows' timed runs.
+of the first mode; --profile-mixed ROWS: over a few steps once the first requests have finished
+and new ones are prefilled beside the decodes (the steady state of a long run); --cprofile ROWS: the host's time by function over those rows' timed runs.
 Writes trtllm_rows.json (and trtllm_rows_profile.txt) under $OUT."""
 import argparse
 import cProfile
@@ -46,6 +47,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--schedule-conservativeness", default="1.0")
     p.add_argument("--profile", default="")
+    p.add_argument("--profile-mixed", default="")
     p.add_argument("--cprofile", default="")
     return p.parse_args()
 
@@ -89,25 +91,41 @@ class StepTimer:
         return result
 
 
-def profile_decode(llm, requests, out: Path, label: str) -> None:
-    """torch.profiler over 3 decode steps once the batch is full and prefill is done."""
+def profile_steps(llm, requests, out: Path, label: str, mixed: bool) -> None:
+    """torch.profiler over 3 steps: decode steps once the batch is full and prefill is done, or
+    (mixed) steps once the first requests have finished and new ones are being prefilled."""
     from torch.profiler import ProfilerActivity, profile
     from gdserve.bench.dataset_throughput import engine_inputs
     engine = llm.engine
     prompts, params = engine_inputs(requests)
-    for prompt, param in zip(prompts, params):
-        engine.add_request(prompt["prompt_token_ids"], param)
-    while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_tokens - 1 for s in engine.scheduler.running):
-        engine.step()
-    for _ in range(3):
-        engine.step()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    request_ids = [engine.add_request(prompt["prompt_token_ids"], param) for prompt, param in zip(prompts, params)]
+    if mixed:
+        for _ in range(params[0].max_tokens + 8):
+            engine.step()
+    else:
+        while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_tokens - 1
+                                              for s in engine.scheduler.running):
+            engine.step()
         for _ in range(3):
             engine.step()
+    import torch
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(3):
+            engine.step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - start) * 1e3
     batch = len(engine.scheduler.running)
+    for request_id in request_ids:
+        engine.abort_request(request_id)
     while engine.has_unfinished_requests():
         engine.step()
-    text = (f"==== {label}: 3 decode steps at batch {batch}\n"
+    kind = "mixed" if mixed else "decode"
+    busy_ms = sum(e.self_device_time_total for e in prof.key_averages()
+                  if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3  # the kernels, not the ops launching them
+    text = (f"==== {label}: 3 {kind} steps at batch {batch}: {wall_ms:.1f} ms "
+            f"wall, {busy_ms:.1f} ms of kernels\n"
             + prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18, max_name_column_width=70)
             + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=70))
     print(text, flush=True)
@@ -167,10 +185,15 @@ def main() -> None:
                 result["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 (out / "trtllm_rows.json").write_text(json.dumps(result, indent=1))
-                if f"{input_len}/{output_len}" in args.profile.split(",") and mode == args.modes.split(",")[0]:
+                label = f"{input_len}/{output_len}"
+                if label in args.profile.split(",") and mode == args.modes.split(",")[0]:
                     few = random_requests(llm.engine.config.max_num_seqs, input_len, min(output_len, 64),
                                           token_ids, seed=1)
-                    profile_decode(llm, few, out, f"{mode} {input_len}/{output_len}")
+                    profile_steps(llm, few, out, f"{mode} {label}", mixed=False)
+                    timer.summary()
+                if label in args.profile_mixed.split(",") and mode == args.modes.split(",")[0]:
+                    many = random_requests(2 * llm.engine.config.max_num_seqs, input_len, output_len, token_ids, seed=1)
+                    profile_steps(llm, many, out, f"{mode} {label}", mixed=True)
                     timer.summary()
             timer.restore()  # its patch holds the engine, whose KV cache fills the device
             llm.engine.close()
