@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdserve.kernels.sampling import gumbel_argmax
+from gdserve.kernels import gumbel_argmax
 from gdserve.sampling_params import SamplingParams
 from gdserve.utils import to_device
 

@@ -42,7 +42,8 @@ def generate(model_dir, tensor_parallel_size: int, device: str, requests, params
     """Tokens from a cache small enough to preempt (by swapping) and a guided request among them."""
     with LLM(str(model_dir), dtype="float32", device=device, tensor_parallel_size=tensor_parallel_size,
              max_num_batched_tokens=64, block_size=4, max_model_len=64, num_gpu_blocks_override=24,
-             preemption_mode="swap", swap_space=0.01, grammar_compile_workers=1) as llm:
+             preemption_mode="swap", swap_space=0.01, schedule_conservativeness=0,
+             grammar_compile_workers=1) as llm:
         outs = llm.generate(requests, params, use_tqdm=False)
         assert_no_leaks(llm)
         if tensor_parallel_size > 1:
