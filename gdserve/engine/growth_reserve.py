@@ -5,7 +5,9 @@ A sequence is expected to generate `ratio` of the output tokens it may still pro
 is the share of max_tokens that recently finished sequences generated. Workloads that always run
 to max_tokens (benchmarks with ignore_eos) learn a ratio near 1 and stop overcommitting the cache;
 chat requests that stop early learn a small one and keep admitting freely. Until the first finish
-the ratio is INITIAL_RATIO. A wrong guess costs a preemption, as it would without the reserve.
+there is no reserve: a cold server's first burst of requests, often without max_tokens (so
+bounded only by max_model_len), is admitted as it would be without one. A wrong guess costs a
+preemption, as it would without the reserve.
 `conservativeness` (SGLang's schedule_conservativeness) scales the ratio: 0 turns the reserve off
 (admit while the prompt fits), above 1 reserves more than measured.
 """
@@ -13,8 +15,7 @@ from collections import deque
 
 from gdserve.engine.request import Sequence
 
-# SGLang's starting guess for the same quantity (its init_new_token_ratio).
-INITIAL_RATIO = 0.7
+INITIAL_RATIO = 0.0  # before any sequence has finished
 WINDOW = 256  # finished sequences the ratio is measured over
 
 

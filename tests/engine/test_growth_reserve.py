@@ -12,9 +12,9 @@ def finished(num_output: int, max_tokens: int):
     return seq
 
 
-def test_ratio_starts_at_the_initial_guess_and_learns_from_finished_sequences():
+def test_ratio_starts_at_no_reserve_and_learns_from_finished_sequences():
     reserve = GrowthReserve()
-    assert reserve.ratio == INITIAL_RATIO
+    assert reserve.ratio == INITIAL_RATIO == 0
     reserve.record(finished(10, 100))
     reserve.record(finished(30, 100))
     assert reserve.ratio == pytest.approx(0.2)
@@ -82,33 +82,42 @@ def test_sequences_that_run_to_max_tokens_stop_being_preempted_once_the_ratio_is
     reserved, _ = run(scheduler(1.0), reserved_seqs)
     assert overcommitted > 0
     assert reserved < overcommitted / 2
-    # after the first wave (whose guess was INITIAL_RATIO) nothing is preempted
+    # the first wave overcommits as it would without the reserve; once sequences have finished
+    # (at max_tokens: ratio 1) nothing is preempted
     assert all(seq.num_preemptions == 0 for seq in reserved_seqs[16:])
     assert all(seq.num_output_tokens == 24 for seq in reserved_seqs)
 
 
-def test_sequences_that_stop_early_keep_the_batch_full():
-    s = scheduler(1.0, num_blocks=256, max_num_seqs=16)
-    # max_tokens would fill the cache many times over, but each stops after 4 tokens
-    seqs = [make_seq(range(i * 10, i * 10 + 8), str(i), max_tokens=400) for i in range(64)]
-    _, widest = run(s, seqs, stop_at=4)
-    assert s.growth_reserve.ratio == pytest.approx(4 / 400)
-    assert widest == 16
+def test_a_learned_ratio_holds_back_what_would_not_fit_and_early_stops_widen_the_batch():
+    s = scheduler(1.0, num_blocks=64, max_num_seqs=16)
+    for _ in range(8):
+        s.growth_reserve.record(finished(56, 56))  # earlier requests ran to max_tokens
+    # each needs 8 + 56 tokens = 16 blocks by its end: 4 fit the 64 blocks at a time
+    long_runs = [make_seq(range(i * 10, i * 10 + 8), f"long{i}", max_tokens=56) for i in range(8)]
+    preempted, widest = run(s, long_runs)
+    assert (preempted, widest) == (0, 4)
+    # requests that stop after 2 of their 56 tokens bring the ratio down, and the batch fills
+    short_runs = [make_seq(range(i * 10, i * 10 + 8), f"short{i}", max_tokens=56) for i in range(200)]
+    preempted, widest = run(s, short_runs, stop_at=2)
+    assert preempted == 0 and widest == 16
+    assert s.growth_reserve.ratio < 0.15
 
 
 def test_aborted_sequences_teach_nothing():
     s = scheduler(1.0)
+    s.growth_reserve.record(finished(50, 100))
     seq = make_seq(range(8), max_tokens=100)
     s.add(seq)
     fake_step(s)
     seq.finish_reason = "abort"
     s.finish(seq)
-    assert s.growth_reserve.ratio == INITIAL_RATIO
+    assert s.growth_reserve.ratio == pytest.approx(0.5)
 
 
 def test_sequences_that_each_need_the_whole_cache_run_one_at_a_time_without_preemption():
     # 8 blocks of 4: each sequence (5 + 27 tokens) fills the cache by its last token
-    s = scheduler(4.0, num_blocks=8)
+    s = scheduler(1.0, num_blocks=8)
+    s.growth_reserve.record(finished(27, 27))
     seqs = [make_seq(range(i * 10, i * 10 + 5), str(i), max_tokens=27) for i in range(3)]
     assert run(s, seqs) == (0, 1)
     assert all(seq.num_output_tokens == 27 for seq in seqs)
