@@ -19,3 +19,14 @@ def test_bench_throughput_takes_tp():
     add_throughput_parser(parser.add_subparsers())
     args = parser.parse_args(["throughput", "-tp", "2"])
     assert engine_kwargs(args)["tensor_parallel_size"] == 2
+
+
+def test_schedule_conservativeness_reaches_the_engine_and_a_negative_one_is_named():
+    from gdserve.config import EngineConfig
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    assert engine_kwargs(parser.parse_args([]))["schedule_conservativeness"] == 1.0
+    kwargs = engine_kwargs(parser.parse_args(["--schedule-conservativeness", "0"]))
+    assert EngineConfig(**{**kwargs, "device": "cpu"}).schedule_conservativeness == 0.0
+    with pytest.raises(ValueError, match="schedule_conservativeness must be >= 0"):
+        EngineConfig(device="cpu", schedule_conservativeness=-0.5)
