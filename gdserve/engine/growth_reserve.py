@@ -49,15 +49,15 @@ class GrowthReserve:
         """Slots seq is still expected to need beyond the num_slots it holds: the rest of its
         known tokens (a prompt prefilled in chunks, or recomputed), and ratio of the outputs it
         may still generate."""
-        remaining = max(0, seq.max_tokens - seq.num_output_tokens)
-        return max(0.0, seq.num_tokens + self.ratio * remaining - num_slots)
+        return _expected(seq, num_slots, self.ratio)
 
     def reserved_tokens(self, running: list[Sequence], block_size: int) -> float:
-        """expected_tokens summed over the running sequences (one pass, once a step)."""
+        """expected_tokens summed over the running sequences."""
         ratio = self.ratio
-        total = 0.0
-        for seq in running:
-            num_tokens = len(seq.token_ids)
-            remaining = max(0, seq.max_tokens - num_tokens + seq.num_prompt_tokens)
-            total += max(0.0, num_tokens + ratio * remaining - len(seq.block_table) * block_size)
-        return total
+        return sum(_expected(seq, len(seq.block_table) * block_size, ratio) for seq in running)
+
+
+def _expected(seq: Sequence, num_slots: int, ratio: float) -> float:
+    num_tokens = len(seq.token_ids)
+    remaining = max(0, seq.max_tokens - num_tokens + seq.num_prompt_tokens)  # outputs it may still generate
+    return max(0.0, num_tokens + ratio * remaining - num_slots)

@@ -120,7 +120,8 @@ class Scheduler:
         loras = self._running_loras()
         held_back: list[Sequence] = []
         block_size = self.kv_cache.block_size
-        reserved = self.growth_reserve.reserved_tokens(self.running, block_size) if self.waiting else 0.0
+        admits = self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
+        reserved = self.growth_reserve.reserved_tokens(self.running, block_size) if admits else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.leader is not None and not seq.leader.is_prefilled and not seq.leader.is_finished:
@@ -129,7 +130,7 @@ class Scheduler:
                 held_back.append(self.waiting.popleft())
                 continue
             computed = self.kv_cache.get_computed_blocks(seq)
-            num_cached = len(computed) * self.kv_cache.block_size
+            num_cached = len(computed) * block_size
             num_new = min(seq.num_tokens - num_cached, budget)
             num_slots = -(-(num_cached + num_new) // block_size) * block_size
             growth = self.growth_reserve.expected_tokens(seq, num_slots)
