@@ -247,21 +247,19 @@ def draw_in_one_pass(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor
     """[N] token ids of every row in one pass over logits [N, V] (gumbel_argmax): a greedy row
     at temperature 0, a sampled row at its own, or at 1 once truncate has divided by it. Each
     sampled row draws its noise's seed: a seeded row from its own generator, one draw a step."""
-    rows = batch.sample_rows
-    temperature = batch.temperature.squeeze(1) if batch.temperature is not None else None
+    rows, device = batch.sample_rows, logits.device
+    temperature = batch.temperature
     if batch.truncates:
         if batch.all_sampled:
             logits = truncate(logits, batch)
         else:
             logits[rows] = truncate(logits[rows], batch)
-        temperature = None
-    if temperature is None:
-        temperature = torch.ones(rows.shape[0], device=logits.device)
-    seeds = _random_like(torch.empty(rows.shape[0], dtype=torch.int64, device=logits.device), batch,
-                         torch.Tensor.random_)
-    if not batch.all_sampled:
-        temperature = torch.zeros(logits.shape[0], device=logits.device).index_copy_(0, rows, temperature)
-        seeds = torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device).index_copy_(0, rows, seeds)
+        temperature = None  # truncate divided by it
+    temperature = torch.ones(len(rows), device=device) if temperature is None else temperature.squeeze(1)
+    seeds = _random_like(rows, batch, torch.Tensor.random_)  # int64, as the row indices
+    if not batch.all_sampled:  # scattered into every row; the greedy ones keep temperature 0
+        temperature = torch.zeros(logits.shape[0], device=device).index_copy_(0, rows, temperature)
+        seeds = torch.zeros(logits.shape[0], dtype=torch.int64, device=device).index_copy_(0, rows, seeds)
     return gumbel_argmax(logits, temperature, seeds)
 
 
