@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from gdserve.bench.agents import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, cmd_agents
+from gdserve.bench.data_parallel import add_data_parallel_args, bench_data_parallel, check_data_parallel_args
 from gdserve.bench.dataset_throughput import bench_dataset
 from gdserve.bench.datasets.args import add_dataset_args, dataset_name, dataset_spec
 from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
@@ -102,12 +103,15 @@ def cmd_throughput(args: argparse.Namespace) -> None:
         engine_args["tokenizer"] = args.tokenizer
     dataset = dataset_name(args)
     check_agents_flags(args, dataset)
+    if dataset is not None and args.data_parallel_size != 1:
+        raise ValueError("--data-parallel-size runs on --workload cpu or random, not on a dataset")
     if dataset is not None:
         bench_dataset(args, dataset_spec(args, dataset), engine_args)
         return
     args.workload = args.workload or "cpu"
     check_lora_args(args)
     check_preemption_args(args)
+    check_data_parallel_args(args)
     if args.workload == "agents":
         cmd_agents(args, engine_args)
         return
@@ -133,6 +137,9 @@ def cmd_throughput(args: argparse.Namespace) -> None:
         return
     if args.compare_preemption:
         bench_preemption(requests, args.model, engine_args, result, args.output)
+        return
+    if args.data_parallel_size > 1:
+        bench_data_parallel(requests, args.model, engine_args, args.data_parallel_size, result, args.output)
         return
     print(f"engine: {len(requests)} requests ...", file=sys.stderr, flush=True)
     result["engine"] = run_engine(requests, args.model, engine_args)
@@ -163,6 +170,7 @@ def add_throughput_parser(sub) -> None:
     add_dataset_args(p)
     add_lora_args(p)
     add_preemption_args(p)
+    add_data_parallel_args(p)
     agents = p.add_argument_group("agents workload")
     agents.add_argument("--schema-dir", action="append",
                         help="a folder of JSON Schema files (MaskBench files: their 'schema'), repeatable; "

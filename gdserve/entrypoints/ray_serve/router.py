@@ -2,10 +2,10 @@
 first to the replica that key hashes to (rendezvous hashing, so a replica that leaves or joins moves
 only its own share of the keys), then to the least loaded of the others. Ray's base router picks
 within each rank by the replicas' queue lengths and skips a full replica, so the fallback is Ray's."""
-import hashlib
-
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
+from gdserve.entrypoints.ray_serve.affinity import home as home_of
+from gdserve.entrypoints.ray_serve.affinity import overloaded
 from gdserve.entrypoints.ray_serve.flags import DEFAULT_IMBALANCED_THRESHOLD
 from gdserve.entrypoints.ray_serve.forward import ForwardedRequest
 
@@ -19,7 +19,7 @@ class PrefixAffinityRouter(RequestRouter):
         key = _prefix_key(pending_request)
         if key is None or len(candidate_replicas) < 2:
             return [candidate_replicas]
-        home = max(candidate_replicas, key=lambda replica: _weight(key, replica))
+        home = candidate_replicas[home_of(key, [replica.replica_id.unique_id for replica in candidate_replicas])]
         others = [replica for replica in candidate_replicas if replica is not home]
         if self._overloaded(home, others):
             return [others, [home]]
@@ -29,9 +29,8 @@ class PrefixAffinityRouter(RequestRouter):
         """Whether home has imbalanced_threshold more requests than the least loaded other (as far as
         the router's cache of queue lengths knows)."""
         cache = self.replica_queue_len_cache
-        home_len = cache.get(home.replica_id)
         other_lens = [n for n in (cache.get(r.replica_id) for r in others) if n is not None]
-        return home_len is not None and bool(other_lens) and home_len - min(other_lens) > self.imbalanced_threshold
+        return overloaded(cache.get(home.replica_id), other_lens, self.imbalanced_threshold)
 
 
 def _prefix_key(pending_request: PendingRequest | None) -> int | None:
@@ -39,8 +38,3 @@ def _prefix_key(pending_request: PendingRequest | None) -> int | None:
         return None
     request = pending_request.args[0]
     return request.prefix_key if isinstance(request, ForwardedRequest) else None
-
-
-def _weight(key: int, replica: RunningReplica) -> int:
-    text = f"{key}:{replica.replica_id.unique_id}".encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
