@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from gdserve.bench.offline import timed_run, warm_llm
+from gdserve.bench.offline import greedy_inputs, timed_run, warm_llm
 from gdserve.bench.results import print_rate, rate, write_result
 from gdserve.entrypoints.ray_serve.affinity import home, overloaded
 from gdserve.entrypoints.ray_serve.flags import DEFAULT_IMBALANCED_THRESHOLD
@@ -126,11 +126,9 @@ def _replica(index: int, num_replicas: int, requests: list[dict], model: str, en
              barrier, results) -> None:
     """One replica's process: its engine warmed, then its share of the workload once every
     replica is ready."""
-    from gdserve import SamplingParams
     try:
         engine_args = _replica_device(index, num_replicas, engine_args)
-        prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-        params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
+        prompts, params = greedy_inputs(requests)
         llm = warm_llm(model, engine_args, prompts or [{"prompt_token_ids": [1]}])
         barrier.wait()
         start = time.time()

@@ -7,6 +7,14 @@ import torch
 from gdserve.bench.results import rate
 
 
+def greedy_inputs(requests: list[dict]) -> tuple[list[dict], list]:
+    """A standard workload's requests as engine prompts and parameters: greedy, each request to
+    its max_tokens (EOS ignored)."""
+    from gdserve import SamplingParams
+    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
+    return prompts, [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
+
+
 def timed_generate(llm, prompts: list[dict], params: list, lora_request: list | None = None) -> tuple[dict, list]:
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, lora_request=lora_request)
@@ -36,9 +44,7 @@ def timed_run(requests: list[dict], model: str, engine_args: dict, lora_requests
     """One engine, warmed, over the workload (greedy, each request to its max_tokens; request i
     with adapter i mod len(lora_requests)), then let go, so that the next engine finds the memory
     free. Records the KV blocks and the preemptions beside the rate."""
-    from gdserve import SamplingParams
-    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
+    prompts, params = greedy_inputs(requests)
     per_request = [lora_requests[i % len(lora_requests)] for i in range(len(requests))] if lora_requests else None
     llm = warm_llm(model, engine_args, prompts, lora_requests)
     run, _ = timed_generate(llm, prompts, params, per_request)

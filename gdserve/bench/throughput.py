@@ -14,7 +14,7 @@ from gdserve.bench.data_parallel import add_data_parallel_args, bench_data_paral
 from gdserve.bench.dataset_throughput import bench_dataset
 from gdserve.bench.datasets.args import add_dataset_args, dataset_name, dataset_spec
 from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_args
-from gdserve.bench.offline import timed_generate, warm_llm
+from gdserve.bench.offline import greedy_inputs, timed_generate, warm_llm
 from gdserve.bench.preemption import add_preemption_args, bench_preemption, check_preemption_args
 from gdserve.bench.results import print_rate, rate, run_header, write_result
 from gdserve.bench.workloads import load_workload_module
@@ -23,10 +23,8 @@ from gdserve.models.registry import DEFAULT_MODEL
 
 
 def run_engine(requests: list[dict], model: str, engine_args: dict) -> dict:
-    from gdserve import SamplingParams
-    prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
+    prompts, params = greedy_inputs(requests)
     llm = warm_llm(model, engine_args, prompts)
-    params = [SamplingParams(max_tokens=r["max_tokens"], temperature=0.0, ignore_eos=True) for r in requests]
     result = timed_generate(llm, prompts, params)[0]
     llm.engine.close()
     return result

@@ -18,3 +18,11 @@ def tiny_workload(tmp_path, monkeypatch):
     (tmp_path / "shared" / "bench").mkdir(parents=True)
     (tmp_path / "shared" / "bench" / "workload.py").write_text(TINY_WORKLOAD)
     monkeypatch.setenv("GDSERVE_SHARED", str(tmp_path / "shared"))
+
+
+def assert_refused(subcommand: str, flags: list[str], message: str, capsys) -> None:
+    """`gdserve bench SUBCOMMAND` with flags exits naming the problem before loading a model."""
+    from gdserve.entrypoints.cli import main
+    with pytest.raises(SystemExit):
+        main(["bench", subcommand, "/nonexistent-model", *flags])
+    assert message in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 
 from gdserve.bench.data_parallel import PREFIX_TOKENS, run_replicas, split_requests
 from gdserve.entrypoints.cli import main
-from tests.bench.conftest import ENGINE_FLAGS
+from tests.bench.conftest import ENGINE_FLAGS, assert_refused
 
 
 def requests_with_prefixes(num_prefixes: int, per_prefix: int) -> list[dict]:
@@ -66,6 +66,4 @@ def test_a_replica_that_fails_is_named_and_nothing_hangs(tmp_path):
     (["-dp", "2", "--dataset-name", "random"], "not on a dataset"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys):
-    with pytest.raises(SystemExit):
-        main(["bench", "throughput", "/nonexistent-model", *flags])
-    assert message in capsys.readouterr().err
+    assert_refused("throughput", flags, message, capsys)

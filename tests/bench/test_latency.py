@@ -4,7 +4,7 @@ import json
 import pytest
 
 from gdserve.entrypoints.cli import main
-from tests.bench.conftest import ENGINE_FLAGS
+from tests.bench.conftest import ENGINE_FLAGS, assert_refused
 
 
 def test_cli_writes_vllm_latency_fields(tiny_llama_dir, tmp_path, capsys):
@@ -26,6 +26,4 @@ def test_cli_writes_vllm_latency_fields(tiny_llama_dir, tmp_path, capsys):
     (["--output-len", "0"], "--output-len must be >= 1"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys):
-    with pytest.raises(SystemExit):
-        main(["bench", "latency", "/nonexistent-model", *flags])
-    assert message in capsys.readouterr().err
+    assert_refused("latency", flags, message, capsys)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gdserve.entrypoints.cli import main
-from tests.bench.conftest import ENGINE_FLAGS
+from tests.bench.conftest import ENGINE_FLAGS, assert_refused
 
 
 def test_cli_writes_both_modes_and_their_ratio(tiny_llama_dir, tiny_workload, tmp_path, capsys):
@@ -29,6 +29,4 @@ def test_cli_writes_both_modes_and_their_ratio(tiny_llama_dir, tiny_workload, tm
     (["--compare-preemption", "--workload", "guided"], "--compare-preemption runs on --workload cpu or random"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys):
-    with pytest.raises(SystemExit):
-        main(["bench", "throughput", "/nonexistent-model", *flags])
-    assert message in capsys.readouterr().err
+    assert_refused("throughput", flags, message, capsys)
