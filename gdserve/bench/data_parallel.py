@@ -36,9 +36,11 @@ def check_data_parallel_args(args: argparse.Namespace) -> None:
     if args.tensor_parallel_size != 1:
         raise ValueError("--data-parallel-size with --tensor-parallel-size > 1 is not supported: each replica "
                          "runs on one device")
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda" and torch.cuda.device_count() < size:
+    if args.device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"--data-parallel-size places replica i on cuda:i (or on the CPU): pass --device auto, "
+                         f"cuda or cpu, not {args.device}")
+    on_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if on_cuda and torch.cuda.device_count() < size:
         raise ValueError(f"--data-parallel-size {size} needs {size} CUDA devices; "
                          f"{torch.cuda.device_count()} are visible")
 

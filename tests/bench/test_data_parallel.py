@@ -3,6 +3,7 @@ requests, both runs written with their ratio, replicas that fail named, bad flag
 import json
 
 import pytest
+import torch
 
 from gdserve.bench.data_parallel import PREFIX_TOKENS, run_replicas, split_requests
 from gdserve.entrypoints.cli import main
@@ -64,6 +65,9 @@ def test_a_replica_that_fails_is_named_and_nothing_hangs(tmp_path):
     (["-dp", "2", "--lora", "2"], "separate benchmarks"),
     (["-dp", "2", "-tp", "2"], "with --tensor-parallel-size > 1 is not supported"),
     (["-dp", "2", "--dataset-name", "random"], "not on a dataset"),
+    (["-dp", "2", "--device", "cuda:1"], "pass --device auto, cuda or cpu, not cuda:1"),
+    pytest.param(["-dp", "2", "--device", "cuda"], "--data-parallel-size 2 needs 2 CUDA devices",
+                 marks=pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="two CUDA devices are visible")),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys):
     assert_refused("throughput", flags, message, capsys)

@@ -121,3 +121,18 @@ def test_sequences_that_each_need_the_whole_cache_run_one_at_a_time_without_pree
     seqs = [make_seq(range(i * 10, i * 10 + 5), str(i), max_tokens=27) for i in range(3)]
     assert run(s, seqs) == (0, 1)
     assert all(seq.num_output_tokens == 27 for seq in seqs)
+
+
+def test_the_engine_teaches_the_reserve_what_its_requests_generate(tiny_llama_dir):
+    from gdserve import LLM, SamplingParams
+    llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_memory=1 << 22, block_size=4)
+    reserve = llm.engine.scheduler.growth_reserve
+    prompts = [{"prompt_token_ids": [5 + i, 6, 7]} for i in range(4)]
+    llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True), use_tqdm=False)
+    assert reserve.ratio == 1.0  # every request ran to its max_tokens
+    llm.generate(prompts, SamplingParams(max_tokens=12, stop_token_ids=list(range(259))), use_tqdm=False)
+    assert reserve.ratio == pytest.approx((4 * 12 + 4 * 1) / (8 * 12))  # then each stopped at its first token
+    request_id = llm.engine.add_request([5, 6, 7], SamplingParams(max_tokens=12, ignore_eos=True))
+    llm.engine.step()
+    llm.engine.abort_request(request_id)
+    assert reserve.ratio == pytest.approx((4 * 12 + 4 * 1) / (8 * 12))  # an abort teaches nothing
