@@ -18,32 +18,28 @@ MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] flo
 
 
 @triton.jit
-def _load_kv_tile(cache_ptr, table_row_ptr, tok, valid, kv_head, stride_b, stride_t, stride_h,
-                  PAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """[BLOCK_N, HEAD_DIM] K or V of the tokens `tok` of one sequence and KV head; 0 where invalid."""
+def _kv_rows(table_row_ptr, tok, valid, kv_head, stride_b, stride_t, stride_h, PAGE: tl.constexpr):
+    """Offsets of the tokens `tok` of one sequence and KV head in a cache, each found through the
+    block table (read once per tile, for K and V both)."""
     page = tl.load(table_row_ptr + tok // PAGE, mask=valid, other=0).to(tl.int64)
-    row = page * stride_b + (tok % PAGE) * stride_t + kv_head * stride_h
-    d = tl.arange(0, HEAD_DIM)
-    return tl.load(cache_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    return page * stride_b + (tok % PAGE) * stride_t + kv_head * stride_h
 
 
 @triton.jit
-def _attend_tile(q, s_mask, table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr, stride_cb, stride_ct,
-                 stride_ch, scale_log2, m, l, acc, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, MASK: tl.constexpr = True):
-    """One tile of keys in the online softmax (base 2): returns the updated (max, sum, acc).
-    MASK=False: every score of the tile is visible (s_mask unused)."""
-    k = _load_kv_tile(k_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                      PAGE, HEAD_DIM).to(q.dtype)  # an fp8 cache widens to q's (float16)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+def _attend_tile(q, s_mask, rows, valid, k_cache_ptr, v_cache_ptr, scale_log2, m, l, acc,
+                 HEAD_DIM: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK: tl.constexpr = True):
+    """One tile of keys (cache rows `rows`, 0 where not valid) in the online softmax (base 2):
+    returns the updated (max, sum, acc). MASK=False: every score of the tile is visible (s_mask unused)."""
+    d = tl.arange(0, HEAD_DIM)
+    k = tl.load(k_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * scale_log2  # fp8 widens to q's
     if MASK:
         s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
-    v = _load_kv_tile(v_cache_ptr, table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch,
-                      PAGE, HEAD_DIM).to(q.dtype)
-    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+    v = tl.load(v_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 
@@ -57,9 +53,13 @@ def _dot_operand(q, FP8_CACHE: tl.constexpr):
 
 # Arguments that change from step to step are not specialized on (value 1, divisibility by 16,
 # pointer alignment): each would compile another variant of the kernel, ~1 s each, mid-serving.
-@triton.jit(do_not_specialize=["partition_size", "stride_tab", "max_splits"])
+# A split is given in tiles, so the compiler sees that its first key is a multiple of BLOCK_N.
+# No branch skips a split that starts past its sequence's end: its loop is empty and the reduce
+# never reads what it writes. Such a branch around the body measured 1.07-1.15x slower on an
+# H200 (fp8 cache, batch 115-1,024, contexts 192-4,000, timed as CUDA graph replays).
+@triton.jit(do_not_specialize=["tiles_per_split", "stride_tab", "max_splits"])
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, out_ptr,
-                   part_out_ptr, part_lse_ptr, scale_log2, partition_size,
+                   part_out_ptr, part_lse_ptr, scale_log2, tiles_per_split,
                    stride_qs, stride_qh, stride_os, stride_oh, stride_tab,
                    stride_cb, stride_ct, stride_ch, max_splits,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -68,33 +68,37 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
     """One program: one sequence, one KV head with its GROUP query heads, one split of the context."""
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    start = split * partition_size
-    if start < seq_len:
-        end = tl.minimum(start + partition_size, seq_len)
-        g = tl.arange(0, GROUP_PAD)
-        heads = kv_head * GROUP + g
-        d = tl.arange(0, HEAD_DIM)
-        q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
-                    mask=g[:, None] < GROUP, other=0.0)
-        q = _dot_operand(q, FP8_CACHE)
-        table_row = tables_ptr + seq.to(tl.int64) * stride_tab
-        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-        for n0 in range(start, end, BLOCK_N):
-            tok = n0 + tl.arange(0, BLOCK_N)
-            valid = tok < end
-            m, l, acc = _attend_tile(q, valid[None, :], table_row, tok, valid, kv_head, k_cache_ptr, v_cache_ptr,
-                                     stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
-                                     PAGE, HEAD_DIM, DOT_PRECISION)
-        out = acc / l[:, None]
-        if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
-            part = (seq * (GROUP * tl.num_programs(1)) + heads) * max_splits + split
-            tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=g[:, None] < GROUP)
-            tl.store(part_lse_ptr + part, m + tl.log2(l), mask=g < GROUP)
-        else:
-            tl.store(out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=g[:, None] < GROUP)
+    if SPLIT:
+        start = split * tiles_per_split * BLOCK_N
+        end = tl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+    else:
+        start = 0
+        end = seq_len
+    g = tl.arange(0, GROUP_PAD)
+    heads = kv_head * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
+                mask=g[:, None] < GROUP, other=0.0)
+    q = _dot_operand(q, FP8_CACHE)
+    table_row = tables_ptr + seq.to(tl.int64) * stride_tab
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        tok = n0 + tl.arange(0, BLOCK_N)
+        valid = tok < end
+        rows = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
+        m, l, acc = _attend_tile(q, valid[None, :], rows, valid, k_cache_ptr, v_cache_ptr, scale_log2,
+                                 m, l, acc, HEAD_DIM, DOT_PRECISION)
+    l = tl.maximum(l, 1.0)  # >= 1 after any key (the largest score adds exp2(0)); an empty split's is 0
+    out = acc / l[:, None]
+    if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
+        part = (seq * (GROUP * tl.num_programs(1)) + heads) * max_splits + split
+        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=g[:, None] < GROUP)
+        tl.store(part_lse_ptr + part, m + tl.log2(l), mask=g < GROUP)
+    else:
+        tl.store(out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=g[:, None] < GROUP)
 
 
 @triton.jit(do_not_specialize=["partition_size", "max_splits"])
@@ -150,16 +154,17 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         unmasked_end = (context + m0 + 1) // BLOCK_N * BLOCK_N
         for n0 in range(0, unmasked_end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
-            m, l, acc = _attend_tile(q, None, table_row, tok, tok < end, kv_head, k_cache_ptr, v_cache_ptr,
-                                     stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
-                                     PAGE, HEAD_DIM, DOT_PRECISION, MASK=False)
+            valid = tok < end
+            kv = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
+            m, l, acc = _attend_tile(q, None, kv, valid, k_cache_ptr, v_cache_ptr, scale_log2, m, l, acc,
+                                     HEAD_DIM, DOT_PRECISION, MASK=False)
         for n0 in range(unmasked_end, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
             causal = tok[None, :] <= context + rows[:, None]
-            m, l, acc = _attend_tile(q, causal & valid[None, :], table_row, tok, valid, kv_head, k_cache_ptr,
-                                     v_cache_ptr, stride_cb, stride_ct, stride_ch, scale_log2, m, l, acc,
-                                     PAGE, HEAD_DIM, DOT_PRECISION)
+            kv = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
+            m, l, acc = _attend_tile(q, causal & valid[None, :], kv, valid, k_cache_ptr, v_cache_ptr,
+                                     scale_log2, m, l, acc, HEAD_DIM, DOT_PRECISION)
         out = acc / l[:, None]
         tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -198,12 +203,13 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             partition_size: int | None = None, block_n: int | None = None,
                             num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q: [S, H, D] (one token per sequence); max_len >= every seq_len. partition_size splits
-    each context into pieces of that many tokens (None: chosen from the GPU's size). The tiles'
-    defaults are the fastest of those the kernel tests have passed with at real shapes on an H200
-    (make test-gpu; scripts/decode_attention_gpu.py): over a 16-bit cache 64 tokens, 4 warps, 4
-    stages; over an fp8 one, split-K 128 tokens, 4 warps, 2 stages (batch 256, context 1024), and
-    where one split fills the GPU 64 tokens, 1 warp, 1 stage (batch 512-1024, contexts 192-3072:
-    1.2-1.5x faster than the split-K tile there)."""
+    each context into pieces of that many tokens, rounded up to a multiple of the tile's block_n
+    (None: chosen from the GPU's size). The tiles' defaults are the fastest of those the kernel
+    tests have passed with at real shapes on an H200 (make test-gpu;
+    scripts/decode_attention_gpu.py): over a 16-bit cache 64 tokens, 4 warps, 4 stages; over an
+    fp8 one, split-K 128 tokens, 4 warps, 2 stages (batch 256, context 1024), and where one split
+    fills the GPU 64 tokens, 1 warp, 1 stage (batch 512-1024, contexts 192-3072: 1.2-1.5x faster
+    than the split-K tile there)."""
     fp8 = is_fp8(k_cache.dtype)
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
@@ -213,9 +219,11 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if partition_size is None:
         partition_size = _partition_size(num_seqs, num_kv_heads, max_len, block_n or (128 if fp8 else 64),
                                          _num_sms(q.device))
-    splits = triton.cdiv(max_len, partition_size)
-    tile = _FP8_TILES[splits > 1] if fp8 else _BF16_TILE
+    tile = _FP8_TILES[partition_size < max_len] if fp8 else _BF16_TILE
     block_n, num_warps, num_stages = block_n or tile[0], num_warps or tile[1], num_stages or tile[2]
+    tiles_per_split = triton.cdiv(partition_size, block_n)
+    partition_size = tiles_per_split * block_n
+    splits = triton.cdiv(max_len, partition_size)
     group = num_heads // num_kv_heads
     part_out = part_lse = out  # unused without splits
     if splits > 1:
@@ -223,7 +231,7 @@ def decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=q.device)
     _decode_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse, scale * _LOG2E,
-        partition_size, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        tiles_per_split, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache), splits,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, SPLIT=splits > 1, DOT_PRECISION=_dot_precision(q.dtype),
