@@ -108,9 +108,27 @@ def decode_case(batch: int, context: int, num_heads: int = 32, num_kv_heads: int
     return q, k_cache, v_cache, tables, lens, kv_bytes
 
 
-def sweep_tiles(kernel, ref, kv_bytes: int, block_ns, warps, stages) -> list[dict]:
-    """Time kernel(**tile) for each tile of the grid, with its error against ref; a tile that does
-    not compile (shared memory, layouts) is left out with its error printed."""
+def graph_ms(fn, calls: int = 20, reps: int = 15) -> float:
+    """Median over reps of one CUDA graph replaying `calls` calls of fn, per call: the device's
+    time alone, as the engine's graphs run it (median_ms also counts each launch's host time
+    where the device waits for it)."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles) off the default stream, as capture wants
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return median_ms(graph.replay, reps=reps) / calls
+
+
+def sweep_tiles(kernel, ref, kv_bytes: int, block_ns, warps, stages, timer=median_ms) -> list[dict]:
+    """Time kernel(**tile) with timer for each tile of the grid, with its error against ref; a tile
+    that does not compile (shared memory, layouts) is left out with its error printed."""
     rows = []
     for block_n in block_ns:
         for num_warps in warps:
@@ -119,7 +137,7 @@ def sweep_tiles(kernel, ref, kv_bytes: int, block_ns, warps, stages) -> list[dic
                 run = lambda: kernel(**cfg)
                 try:
                     err = (run().float() - ref.float()).abs().max().item()
-                    ms = median_ms(run)
+                    ms = timer(run)
                 except Exception as e:
                     print(json.dumps({**cfg, "error": repr(e)[:200]}), flush=True)
                     continue
