@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_gpu  # noqa: E402  (makes gdserve importable)
+from test_gpu import graph_time_us  # noqa: E402
 
 # (in_features, out_features) of Llama-3-8B's linear layers
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
@@ -26,31 +27,6 @@ LAYER = ("qkv", "o", "gate_up", "down")
 CONFIGS = [(bm, bn, bk, sk, 4 if bm * bn <= 64 * 64 else 8, st)
            for bm in (16, 32, 64, 128) for bn in (32, 64, 128) for bk in (128, 256) for sk in (1, 2, 4)
            for st in ((3, 5) if bk == 128 else (3,)) if not (bm == 128 and bk == 256)]
-
-
-def graph_time_us(fn, reps: int = 20, rounds: int = 5) -> float:
-    """Median microseconds of one call of fn, over rounds of reps calls replayed from a CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / reps)
-    return sorted(ts)[len(ts) // 2]
 
 
 def sweep(a, a_scale, w, w_scale, expected) -> tuple[list, dict]:

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_gpu  # noqa: E402  (makes gdserve importable)
-from fp8_gemm_gpu import SHAPES, graph_time_us  # noqa: E402
+from fp8_gemm_gpu import SHAPES  # noqa: E402
+from test_gpu import graph_time_us  # noqa: E402
 
 MS = [int(m) for m in os.environ.get("MS", "1,2,4,16,64,128,256,512,2048,8192").split(",")]
 GEMV_ROWS = (1,)  # the rows TUNED_GEMV_SM90 is tuned at

@@ -108,22 +108,32 @@ def decode_case(batch: int, context: int, num_heads: int = 32, num_kv_heads: int
     return q, k_cache, v_cache, tables, lens, kv_bytes
 
 
-def graph_ms(fn, calls: int = 20, reps: int = 15) -> float:
-    """Median over reps of one CUDA graph replaying `calls` calls of fn, per call: the device's
-    time alone, as the engine's graphs run it (median_ms also counts each launch's host time
-    where the device waits for it)."""
+def graph_time_us(fn, reps: int = 20, rounds: int = 5) -> float:
+    """Median microseconds of one call of fn, over rounds of reps calls replayed from a CUDA graph:
+    the device's time alone, as the engine's graphs run it (median_ms also counts each launch's
+    host time where the device waits for it)."""
     import torch
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (compiles) off the default stream, as capture wants
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
             fn()
-    return median_ms(graph.replay, reps=reps) / calls
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1000 / reps)
+    return sorted(ts)[len(ts) // 2]
 
 
 def sweep_tiles(kernel, ref, kv_bytes: int, block_ns, warps, stages, timer=median_ms) -> list[dict]:
