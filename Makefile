@@ -29,19 +29,17 @@ test: setup
 # real shapes, decode-attention bandwidth, engine vs HF greedy. Results under $OUT (else gpu-results/).
 GPU_PYTHON ?= python3
 test-gpu:
-	PYTHONUNBUFFERED=1 $(GPU_PYTHON) scripts/test_gpu.py
+	PYTHONUNBUFFERED=1 $(GPU_PYTHON) scripts/gpu_checks.py
 
 # What the GPU machine's runs need carried (nothing downloads there): the wheels its image lacks
-# (jsonschema: the agents bench validates its outputs with it; peft: the LoRA tests make adapters),
-# the shared workloads (GDSERVE_SHARED=$$PWD/build/shared there) and the default model's tokenizer
-# (build/tokenizer, the benches' default). Carry ["build/gpu-wheels", "build/shared", "build/tokenizer"].
-SHARED ?= $(or $(GDSERVE_SHARED),../shared)
+# (jsonschema: the agents bench validates its outputs with it; peft: the LoRA tests make adapters)
+# and the default model's tokenizer (build/tokenizer, the benches' default).
+# Carry ["build/gpu-wheels", "build/tokenizer"].
 gpu-carry: setup
-	mkdir -p build/gpu-wheels build/shared
+	mkdir -p build/gpu-wheels
 	$(PY) -m pip download -q outlines-core==0.2.14 lark jsonschema referencing jsonschema-specifications rpds-py attrs peft accelerate psutil \
 		--no-deps --only-binary=:all: --python-version 3.12 \
 		--platform manylinux2014_x86_64 -d build/gpu-wheels
-	cp -r $(SHARED)/bench build/shared/
 	$(PY) -c "from gdserve.models.loader import load_tokenizer, resolve_model; \
 		from gdserve.models.registry import DEFAULT_MODEL; \
 		load_tokenizer(resolve_model(DEFAULT_MODEL)).save_pretrained('build/tokenizer')"

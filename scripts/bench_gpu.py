@@ -2,8 +2,7 @@
 the server's dependencies, absent from the GPU image), in one run: random_workload() n=256 on the
 engine (CUDA graphs, then --enforce-eager) and on HF `generate` (static batches of 128), and
 guided_workload() n=256 guided against the same work unguided. Llama-3-8B shape, bf16, random
-weights on both sides. Needs the standard workloads: GDSERVE_SHARED=<folder holding
-bench/workload.py and guided_schemas.json>.
+weights on both sides.
 Usage: python3 scripts/bench_gpu.py [NUM_LAYERS] [--skip-hf] [--guided-only] [--fp8-kv] [--fp8-weights]
 [--tokenizer=DIR|byte-pair] [--guided-n=N] [--guided-fp8] (writes bench_gpu.json under $OUT;
 --guided-only: the guided against unguided run alone; --guided-n: its request count (256);
@@ -21,20 +20,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402  (makes gdserve importable and installs the carried wheels)
+import gpu_common  # noqa: E402  (makes gdserve importable and installs the carried wheels)
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     import torch
     from gdserve.bench.throughput import run_engine, run_guided_vs_unguided, run_hf
-    from gdserve.bench.workloads import load_workload_module
+    from gdserve.bench.workloads import guided_workload, random_workload
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     guided_only = "--guided-only" in sys.argv
     num_layers = int(args[0]) if args else 32
-    tokenizer = test_gpu.tokenizer_arg(sys.argv[1:])
-    workloads = load_workload_module()
-    requests = workloads.random_workload(n=256)
+    tokenizer = gpu_common.tokenizer_arg(sys.argv[1:])
+    requests = random_workload(n=256)
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
     result = {"workload": "random_workload(n=256)", "model": f"Llama-3-8B shape, {num_layers} layers, vocab 49152",
@@ -50,7 +48,7 @@ def main() -> None:
         torch.cuda.empty_cache()
 
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers, tokenizer)
+        gpu_common.save_model_dir(Path(tmp), num_layers, tokenizer)
         if not guided_only:
             record("engine", run_engine(requests, tmp, engine_args))
             if "--fp8-kv" in sys.argv:
@@ -70,7 +68,7 @@ def main() -> None:
                        if "--guided-fp8" in sys.argv else engine_args)
         result["guided_workload"] = f"guided_workload(n={guided_n})"
         result["guided_engine_args"] = guided_args
-        record("guided", run_guided_vs_unguided(workloads.guided_workload(n=guided_n), tmp, guided_args))
+        record("guided", run_guided_vs_unguided(guided_workload(n=guided_n), tmp, guided_args))
         if "--skip-hf" not in sys.argv and not guided_only:
             record("hf", run_hf(requests, Path(tmp), torch.bfloat16, torch.device("cuda"), 128, dummy=True))
             result["ratio"] = result["engine"]["tokens_per_s"] / result["hf"]["tokens_per_s"]

@@ -12,30 +12,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402
+import gpu_common  # noqa: E402
 
 
 def graph_ms(fn) -> float:
-    return test_gpu.graph_time_us(fn) / 1000
+    return gpu_common.graph_time_us(fn) / 1000
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     import torch
     from gdserve.kernels.paged_attention import decode_attention_reference
     from gdserve.kernels.triton.paged_attention import decode_attention_triton
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
-    copy_gbs = test_gpu.copy_bandwidth_gbs()
+    copy_gbs = gpu_common.copy_bandwidth_gbs()
     result = {"copy_bandwidth_gbs": round(copy_gbs, 1), "cases": []}
     scale, max_len = 128 ** -0.5, 8192
     for batch, context in ((1024, 192), (1024, 1536), (512, 3072), (115, 4000)):
-        q, k_cache, v_cache, tables, lens, kv_bytes = test_gpu.decode_case(batch, context,
-                                                                           kv_dtype=torch.float8_e4m3fn)
+        q, k_cache, v_cache, tables, lens, kv_bytes = gpu_common.decode_case(batch, context,
+                                                                             kv_dtype=torch.float8_e4m3fn)
         ref = decode_attention_reference(q, k_cache, v_cache, tables, lens, [context] * batch, scale)
         kernel = lambda **tile: decode_attention_triton(q, k_cache, v_cache, tables, lens, max_len, scale, **tile)
-        configs = test_gpu.sweep_tiles(kernel, ref, kv_bytes, (16, 32, 64, 128), (1, 2, 4), (1, 2, 3),
-                                       timer=graph_ms)
+        configs = gpu_common.sweep_tiles(kernel, ref, kv_bytes, (16, 32, 64, 128), (1, 2, 4), (1, 2, 3),
+                                         timer=graph_ms)
         default_ms = graph_ms(kernel)
         best = min(configs, key=lambda c: c["ms"])
         case = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "default_ms": round(default_ms, 4),

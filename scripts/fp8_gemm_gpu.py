@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_gpu  # noqa: E402  (makes gdserve importable)
-from test_gpu import graph_time_us  # noqa: E402
+import gpu_common  # noqa: E402  (makes gdserve importable)
+from gpu_common import graph_time_us  # noqa: E402
 
 # (in_features, out_features) of Llama-3-8B's linear layers
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
@@ -48,7 +48,7 @@ def sweep(a, a_scale, w, w_scale, expected) -> tuple[list, dict]:
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     from gdserve.kernels.fp8_gemm import fp8_gemm_reference
     from gdserve.kernels.quant import quant_fp8_rowwise
     from gdserve.kernels.triton.fp8_gemm import fp8_gemm_triton

@@ -24,8 +24,8 @@ ADAPTERS = [dict(r=8, alpha=16, target_modules=("q_proj", "k_proj", "v_proj", "o
 def main() -> int:
     import torch
     if torch.cuda.is_available():  # the device machine: gdserve from the checkout, the carried wheels
-        import test_gpu
-        test_gpu.setup_imports()
+        import gpu_common
+        gpu_common.setup_imports()
     from transformers import LlamaConfig
 
     from gdserve import LLM, SamplingParams

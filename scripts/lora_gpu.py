@@ -3,7 +3,7 @@ rank and token count, the base layer's GEMM (F.linear) against add_lora (shrink 
 decode steps (the adapters interleaved token by token) and prefill steps (runs of 512 tokens per
 adapter); then per step, over the model's 32 layers, the LoRA time as a share of the base GEMMs'
 with the step's grouping of tokens by slot, made once, eagerly (wall time, launches included).
-The layers' figures are replayed from a CUDA graph (test_gpu.graph_time_us), as decode steps
+The layers' figures are replayed from a CUDA graph (gpu_common.graph_time_us), as decode steps
 are in the engine.
 Usage: python3 scripts/lora_gpu.py (DECODE=1,16,... and PREFILL=2048,... pick the token counts;
 RANKS=16,64; writes $OUT/lora.json)."""
@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_gpu  # noqa: E402  (makes gdserve importable)
-from test_gpu import graph_time_us  # noqa: E402
+import gpu_common  # noqa: E402  (makes gdserve importable)
+from gpu_common import graph_time_us  # noqa: E402
 
 # K, shard sizes of Llama-3-8B's linear layers (each once per decoder layer)
 LAYERS = {"qkv": (4096, (4096, 1024, 1024)), "o": (4096, (4096,)), "gate_up": (4096, (14336, 14336)),
@@ -85,7 +85,7 @@ def time_step(kind: str, tokens: int, rank: int, results: dict) -> dict:
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     results, steps = {}, {}
     for rank in RANKS:
         for kind, token_counts in (("decode", DECODE), ("prefill", PREFILL)):

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_gpu  # noqa: E402  (makes gdserve importable)
+import gpu_common  # noqa: E402  (makes gdserve importable)
 from fp8_gemm_gpu import SHAPES  # noqa: E402
-from test_gpu import graph_time_us  # noqa: E402
+from gpu_common import graph_time_us  # noqa: E402
 
 MS = [int(m) for m in os.environ.get("MS", "1,2,4,16,64,128,256,512,2048,8192").split(",")]
 GEMV_ROWS = (1,)  # the rows TUNED_GEMV_SM90 is tuned at
@@ -60,7 +60,7 @@ def sweep(x, w, expected) -> dict:
 
 def main() -> None:
     try:
-        test_gpu.setup_imports()
+        gpu_common.setup_imports()
     except ImportError as e:  # gdserve.grammar's dependencies: the GEMM needs none of them
         print("without gdserve.grammar:", e, flush=True)
     from gdserve.kernels.packed_gemm import packed_gemm, packed_gemm_reference

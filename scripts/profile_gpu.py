@@ -3,7 +3,7 @@ random weights). Steps the engine by hand, timing each step on the host and clas
 only / with prefill chunks), and runs torch.profiler over a few decode steps and a few mixed ones:
 device time per kernel against host time per step.
 Usage: python3 scripts/profile_gpu.py [NUM_LAYERS [MAX_NUM_BATCHED_TOKENS]]
-(GDSERVE_SHARED as for bench_gpu.py; writes profile_gpu.json and profile_gpu.txt under $OUT)."""
+(writes profile_gpu.json and profile_gpu.txt under $OUT)."""
 import json
 import os
 import sys
@@ -16,22 +16,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402
+import gpu_common  # noqa: E402
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     import torch
     from torch.profiler import ProfilerActivity, profile
     from gdserve import LLM, SamplingParams
-    from gdserve.bench.workloads import load_workload_module
+    from gdserve.bench.workloads import random_workload
     num_layers = int(sys.argv[1]) if len(sys.argv) > 1 else 32
     max_num_batched_tokens = int(sys.argv[2]) if len(sys.argv) > 2 else None
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
-    requests = load_workload_module().random_workload(n=256)
+    requests = random_workload(n=256)
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), num_layers)
+        gpu_common.save_model_dir(Path(tmp), num_layers)
         llm = LLM(tmp, load_format="dummy", dtype="bfloat16", max_num_batched_tokens=max_num_batched_tokens)
         max_num_batched_tokens = llm.engine.config.max_num_batched_tokens
     engine = llm.engine

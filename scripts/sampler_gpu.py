@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402
+import gpu_common  # noqa: E402
 
 VOCAB = 128_256
 BATCHES = (1, 64, 256, 1024)
@@ -37,7 +37,7 @@ def torch_race(logits, temperature):
 
 
 def main() -> None:
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     import torch
     from gdserve.kernels.sampling import gumbel_argmax
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")

@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     import torch
     if torch.cuda.is_available():  # the device machine: gdserve from the checkout, the carried wheels
-        import test_gpu
-        test_gpu.setup_imports()
+        import gpu_common
+        gpu_common.setup_imports()
     from transformers import LlamaConfig
 
     from gdserve import LLM, SamplingParams

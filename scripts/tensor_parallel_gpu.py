@@ -17,17 +17,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402
+import gpu_common  # noqa: E402
 
 STEPS = 32
-LOGPROB_TOLERANCE = 0.1  # test_gpu.engine_check's
+LOGPROB_TOLERANCE = 0.1  # gpu_checks.engine_check's
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=test_gpu.LLAMA3_8B["vocab_size"])
+    p.add_argument("--vocab", type=int, default=gpu_common.LLAMA3_8B["vocab_size"])
     p.add_argument("--device", default="cuda")
     return p.parse_args()
 
@@ -37,10 +37,10 @@ def save_random_checkpoint(path: Path, layers: int, vocab: int, device: str) -> 
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig
-    config = LlamaConfig(**{**test_gpu.LLAMA3_8B, "vocab_size": vocab, "tie_word_embeddings": False},
+    config = LlamaConfig(**{**gpu_common.LLAMA3_8B, "vocab_size": vocab, "tie_word_embeddings": False},
                          num_hidden_layers=layers, torch_dtype="bfloat16")
     config.save_pretrained(path)
-    test_gpu.save_byte_pair_tokenizer(path, vocab)
+    gpu_common.save_byte_pair_tokenizer(path, vocab)
     hidden, inter = config.hidden_size, config.intermediate_size
     head_dim = hidden // config.num_attention_heads
     kv = config.num_key_value_heads * head_dim
@@ -76,7 +76,7 @@ def greedy(model_dir: Path, prompts: list[list[int]], dtype: str, tp: int, devic
                         SamplingParams(max_tokens=STEPS, temperature=0.0, ignore_eos=True, logprobs=0),
                         use_tqdm=False)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
-    logprobs = [test_gpu.first_logprob(o.outputs[0]) for o in outs]
+    logprobs = [gpu_common.first_logprob(o.outputs[0]) for o in outs]
     llm.engine.close()
     del llm, outs
     gc.collect()
@@ -97,13 +97,13 @@ def compare(one: tuple[list, list], many: tuple[list, list], dtype: str) -> dict
 def main() -> int:
     args = parse_args()
     if args.device == "cuda":  # the device image; on the CPU the development install serves
-        test_gpu.setup_imports()
+        gpu_common.setup_imports()
     import torch
     if args.device == "cuda" and torch.cuda.device_count() < args.tp:
         raise SystemExit(f"--tp {args.tp} needs {args.tp} CUDA devices; {torch.cuda.device_count()} are visible")
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
-    prompts = test_gpu.make_prompts(n=8, vocab=args.vocab)
+    prompts = gpu_common.make_prompts(n=8, vocab=args.vocab)
     result = {"model": f"Llama-3-8B shape, {args.layers} layers, vocab {args.vocab}, random bf16 weights",
               "tp": args.tp, "device": args.device, "prompts": len(prompts), "tokens_each": STEPS, "checks": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import test_gpu  # noqa: E402
+import gpu_common  # noqa: E402
 
 # TensorRT-LLM's performance overview, Llama-3.1-8B FP8 on one H200 (trtllm-bench throughput):
 # (input, output) -> (requests, output tokens/s)
@@ -135,7 +135,7 @@ def profile_steps(llm, requests, out: Path, label: str, mixed: bool) -> None:
 
 def main() -> None:
     args = parse_args()
-    test_gpu.setup_imports()
+    gpu_common.setup_imports()
     import torch
     from gdserve.bench.dataset_throughput import measure
     from gdserve.bench.datasets.random_tokens import allowed_token_ids, random_requests
@@ -149,7 +149,7 @@ def main() -> None:
     overrides = {k: v for k, v in (("max_num_seqs", args.max_num_seqs),
                                    ("max_num_batched_tokens", args.max_num_batched_tokens)) if v is not None}
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpu.save_model_dir(Path(tmp), 32, None, vocab_size=VOCAB)
+        gpu_common.save_model_dir(Path(tmp), 32, None, vocab_size=VOCAB)
         token_ids = allowed_token_ids(load_tokenizer(tmp))
         engines = [(mode, float(c)) for mode in args.modes.split(",")
                    for c in args.schedule_conservativeness.split(",")]

@@ -4,14 +4,28 @@ import copy
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerFast
 
+from gdserve.bench.workloads import shared_dir
 from gdserve.kernels.kv_cache import to_cache_dtype
 from gdserve.kernels.quant import dequant_fp8_rowwise, quant_fp8_rowwise_reference
 from gdserve.layers.attention import Attention, AttentionMetadata
 from gdserve.models.llama import LlamaForCausalLM
+
+# The team's conformance corpora: beside the repository (or $GDSERVE_SHARED), not in it.
+CONFORMANCE = shared_dir() / "conformance"
+
+
+def require_corpus(path: Path) -> Path:
+    """path, or the calling test skipped with a reason naming the missing corpus."""
+    if not path.is_dir():
+        pytest.skip(f"needs the conformance corpus {path.relative_to(CONFORMANCE)} at {path} "
+                    "(set GDSERVE_SHARED to the folder that holds conformance/)")
+    return path
+
 
 # Specials at SmolLM2's ids, then the 256 byte-level tokens: vocab 259.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

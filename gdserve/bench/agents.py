@@ -24,13 +24,13 @@ from pathlib import Path
 
 from gdserve.bench.offline import warm_llm
 from gdserve.bench.results import percentiles, rate, run_header, write_result
-from gdserve.bench.workloads import REPO_ROOT, shared_dir
 from gdserve.config import EngineConfig
 from gdserve.engine.progress import GenerationProgress
 from gdserve.grammar import GrammarError, allocate_token_bitmask
 from gdserve.grammar.service import CompileService
 from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import StructuredOutputsParams, SamplingParams
+from gdserve.schemas import SCHEMA_DIR
 
 TARGETS = {"cold_vs_unguided": 0.8, "warm_vs_unguided": 0.95, "compile_p50_ms": 5.0, "compile_p99_ms": 200.0}
 COMPILE_QUANTILES = (50, 90, 99)
@@ -52,7 +52,8 @@ def default_num_requests(config: EngineConfig) -> int:
 
 
 def default_schema_dirs() -> list[Path]:
-    return [REPO_ROOT / "schemas", shared_dir() / "conformance" / "maskbench-dev"]
+    """The repository's schemas/ (installed as gdserve.schemas), its subfolders included."""
+    return [SCHEMA_DIR]
 
 
 def read_schema(path: Path) -> object:
@@ -65,16 +66,18 @@ def read_schema(path: Path) -> object:
 
 
 def load_schemas(dirs: list[Path], n: int, seed: int) -> list[AgentSchema]:
-    """n distinct schemas (by content) drawn at random, seeded, from the *.json files of dirs."""
+    """n distinct schemas (by content) drawn at random, seeded, from the *.json files of dirs and
+    their subfolders."""
     distinct: dict[str, AgentSchema] = {}
     for directory in dirs:
-        files = sorted(directory.glob("*.json")) if directory.is_dir() else []
+        files = sorted(directory.rglob("*.json")) if directory.is_dir() else []
         if not files:
-            raise ValueError(f"no schemas at {directory} (no *.json files): pass --schema-dir, or set "
-                             "GDSERVE_SHARED to the folder that holds conformance/maskbench-dev")
+            raise ValueError(f"no schemas at {directory} (no *.json files): pass --schema-dir with a folder "
+                             "of JSON Schema files")
         for path in files:
             schema = read_schema(path)
-            distinct.setdefault(json.dumps(schema, sort_keys=True), AgentSchema(f"{directory.name}/{path.name}", schema))
+            name = f"{directory.name}/{path.relative_to(directory)}"
+            distinct.setdefault(json.dumps(schema, sort_keys=True), AgentSchema(name, schema))
     if n < 1 or n > len(distinct):
         raise ValueError(f"--num-requests must be between 1 and the {len(distinct)} distinct schemas in "
                          f"{', '.join(map(str, dirs))}; got {n}")

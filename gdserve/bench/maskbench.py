@@ -60,8 +60,8 @@ class Case:
 def _corpus_files(directory: Path) -> list[Path]:
     files = sorted(directory.glob("*.json")) if directory.is_dir() else []
     if not files:
-        raise ValueError(f"no corpus at {directory} (no *.json files); the conformance corpora live "
-                         "in ../shared/conformance beside the repository (or set GDSERVE_SHARED)")
+        raise ValueError(f"no corpus at {directory} (no *.json files): pass the corpus folders as "
+                         "arguments, or set GDSERVE_SHARED to the folder that holds conformance/")
     return files
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gdserve.bench.workloads import load_workload_module
+from gdserve.bench import workloads
 from gdserve.engine.progress import GenerationProgress
 
 
@@ -38,7 +38,6 @@ class RequestResult:
 def build_requests(args: argparse.Namespace) -> list[dict]:
     """The workload, optionally scaled down for a small test model (ids modulo its vocabulary,
     prompts and outputs clipped)."""
-    workloads = load_workload_module()
     make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload}[args.workload]
     requests = make(n=args.num_requests) if args.num_requests else make()
     for r in requests:

@@ -17,7 +17,7 @@ from gdserve.bench.lora_throughput import add_lora_args, bench_lora, check_lora_
 from gdserve.bench.offline import greedy_inputs, timed_generate, warm_llm
 from gdserve.bench.preemption import add_preemption_args, bench_preemption, check_preemption_args
 from gdserve.bench.results import print_rate, rate, run_header, write_result
-from gdserve.bench.workloads import load_workload_module
+from gdserve.bench import workloads
 from gdserve.engine_args import add_engine_args, engine_kwargs
 from gdserve.models.registry import DEFAULT_MODEL
 
@@ -113,9 +113,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     if args.workload == "agents":
         cmd_agents(args, engine_args)
         return
-    workloads = load_workload_module()
-    make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload,
-            "guided": workloads.guided_workload,
+    make = {"cpu": workloads.cpu_workload, "random": workloads.random_workload, "guided": workloads.guided_workload,
             # the guided workload at the CPU workload's scale
             "cpu-guided": lambda n=32: workloads.guided_workload(n=n, prompt_len=(32, 256), max_tokens=128)}
     make = make[args.workload]
@@ -172,7 +170,7 @@ def add_throughput_parser(sub) -> None:
     agents = p.add_argument_group("agents workload")
     agents.add_argument("--schema-dir", action="append",
                         help="a folder of JSON Schema files (MaskBench files: their 'schema'), repeatable; "
-                             "default: the repository's schemas/ and $GDSERVE_SHARED/conformance/maskbench-dev")
+                             "default: the repository's schemas/")
     agents.add_argument("--max-tokens", type=int, help=f"per request (default {DEFAULT_MAX_TOKENS})")
     agents.add_argument("--temperature", type=float, help=f"default {DEFAULT_TEMPERATURE}")
     add_engine_args(p)

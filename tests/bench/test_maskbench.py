@@ -12,8 +12,8 @@ import pytest
 from gdserve.bench.maskbench import (BackendSpec, Case, format_table, load_jsts, load_maskbench,
                                      run_suite)
 from gdserve.bench.peers import CompileFailed, make_backend
-from gdserve.bench.workloads import shared_dir
 from gdserve.entrypoints.cli import main
+from tests.helpers import CONFORMANCE, require_corpus
 
 EOS = 256          # byte tokens 0-255, then EOS
 VOCAB_SIZE = 257
@@ -145,9 +145,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path, capsys):
 
 
 def test_gdserve_on_maskbench_dev(smollm2_dir):
-    corpus = shared_dir() / "conformance" / "maskbench-dev"
-    if not corpus.is_dir():
-        pytest.skip(f"the MaskBench dev corpus is not at {corpus} (../shared/conformance)")
+    corpus = require_corpus(CONFORMANCE / "maskbench-dev")
     if importlib.util.find_spec("gdserve.grammar.json_schema") is None:
         pytest.skip("gdserve.grammar.json_schema is not there yet")
     from gdserve.models import load_tokenizer

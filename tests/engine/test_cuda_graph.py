@@ -1,5 +1,5 @@
 """CUDA graph buckets: every decode batch up to max_num_seqs has a captured size to pad to. (The
-graphs themselves run on CUDA only: scripts/test_gpu.py checks the engine with them against HF.)"""
+graphs themselves run on CUDA only: scripts/gpu_checks.py checks the engine with them against HF.)"""
 import pytest
 
 from gdserve.engine.cuda_graph import batch_buckets

@@ -1,10 +1,9 @@
 """Closing before max_tokens, on every path: each constraint of the corpus (the repository's
-schemas, maskbench-dev where present, json_object, the builtin Lark grammars), sampled at random
+schemas with json_object and the builtin Lark grammars; maskbench-dev where present), sampled at random
 among the allowed tokens (as a random-weight model at temperature 1.0 would: strings never close
 by themselves) with max_tokens just above its shortest completion, completes every time. Every
 row is filled as the engine fills the row of a step whose time allowance other rows have spent:
 one unit of new mask work per try, the row retried until it is ready."""
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,21 +14,21 @@ from gdserve.grammar import GrammarError, allocate_token_bitmask, compile_gramma
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import shortest_completion_bytes
 from gdserve.kernels.bitmask import unpack_words
+from tests.helpers import CONFORMANCE, require_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
 SLACKS = (0, 3, 40, 150)  # bytes past the shortest completion, taken in turn
 BUILTINS = ("json", "arithmetic", "function_call", "sql_select")
 MAX_TRIES = 10_000  # per row: far above what any row needs; a unit left uncached would loop forever
 
 
-def corpus() -> list[tuple[str, str, object]]:
-    """(name, kind, spec) for every constraint of the corpus."""
-    files = sorted((ROOT / "schemas").glob("*.json"))
-    maskbench = CONFORMANCE / "maskbench-dev"
-    if maskbench.is_dir():
-        files += sorted(maskbench.rglob("*.json"))
-    items = [(f.name, "json", read_schema(f)) for f in files]
+def corpus(name: str) -> list[tuple[str, str, object]]:
+    """(name, kind, spec) for every constraint of a corpus: "schemas" (the repository's, with
+    json_object and the builtin grammars) or "maskbench-dev" (the shared one; skipped if absent)."""
+    if name == "maskbench-dev":
+        files = sorted(require_corpus(CONFORMANCE / "maskbench-dev").rglob("*.json"))
+        return [(f.name, "json", read_schema(f)) for f in files]
+    items = [(f.name, "json", read_schema(f)) for f in sorted((ROOT / "schemas").glob("*.json"))]
     items.append(("json_object", "json_object", True))
     items += [(f"builtin:{name}", "grammar", f"builtin:{name}") for name in BUILTINS]
     return items
@@ -63,10 +62,11 @@ def fill_with_spent_allowance(matcher, bitmask, budget: int) -> None:
     raise AssertionError(f"a row was not ready after {MAX_TRIES} tries: some unit of work is never kept")
 
 
-def test_every_constraint_closes_before_max_tokens(smollm2_tokenizer):
+@pytest.mark.parametrize("corpus_name", ["schemas", "maskbench-dev"])
+def test_every_constraint_closes_before_max_tokens(smollm2_tokenizer, corpus_name):
     rng = np.random.default_rng(0)
     cut, checked, unknown = [], 0, []
-    for i, (name, kind, spec) in enumerate(corpus()):
+    for i, (name, kind, spec) in enumerate(corpus(corpus_name)):
         try:
             grammar = compile_grammar(kind, spec, smollm2_tokenizer)
         except GrammarError:

@@ -5,7 +5,6 @@ JSON-Schema-Test-Suite has its own file, test_json_schema_test_suite.py)."""
 import copy
 import datetime
 import json
-import os
 import random
 import re
 import time
@@ -20,10 +19,10 @@ from gdserve.grammar.json_schema import (
     compile_json_schema,
     schema_to_regex,
 )
+from tests.helpers import CONFORMANCE, require_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
 MASKBENCH = CONFORMANCE / "maskbench-dev"
 
 UUID = "3f2b8c1e-9d4a-4b6e-8f01-2a3b4c5d6e7f"
@@ -1019,8 +1018,7 @@ def test_corpus_builds_outlines_index():
 def test_maskbench_dev_regex_soundness():
     """MaskBench's dev split at the regex level (json.dumps(data, ensure_ascii=False), as MaskBench
     feeds it): no invalid instance may match a strictly compiled schema."""
-    if not MASKBENCH.is_dir():
-        pytest.skip(f"MaskBench conformance corpus not found at {MASKBENCH}")
+    require_corpus(MASKBENCH)
     counts = dict(schemas=0, compiled=0, errors=0, too_large=0, valid=0, valid_accepted=0, invalid=0,
                   approx_violations=0)
     violations = []

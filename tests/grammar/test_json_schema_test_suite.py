@@ -16,9 +16,8 @@ from gdserve.grammar.errors import (GrammarError, RecursiveSchemaError, RegexToo
                                     UnsatisfiableSchemaError)
 from gdserve.grammar.json_schema import compile_json_schema
 from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from tests.helpers import CONFORMANCE, require_corpus
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFORMANCE = Path(os.environ.get("GDSERVE_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
 SUITE = CONFORMANCE / "json-schema-test-suite" / "tests" / "draft2020-12"
 BASELINE = Path(__file__).with_name("json_schema_test_suite_baseline.json")
 EXACT = "exact"                     # accepted iff valid
@@ -69,8 +68,7 @@ def outcomes() -> dict[str, str]:
 
 
 def test_json_schema_test_suite_only_improves():
-    if not SUITE.is_dir():
-        pytest.skip(f"JSON-Schema-Test-Suite not found at {SUITE}")
+    require_corpus(SUITE)
     results = outcomes()
     counts = Counter(results.values())
     print(f"JSON-Schema-Test-Suite draft2020-12: {counts[EXACT]}/{len(results)} exact "
