@@ -20,17 +20,17 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
-from gdserve.grammar.cfg_lexer import terminal_dfa
+from gdserve.grammar.cfg.grammar import STEER_MARGIN, CfgGrammar
+from gdserve.grammar.cfg.lexer import terminal_dfa
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
-from gdserve.grammar.json_report import enforcement_report
-from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
-from gdserve.grammar.json_unique import UniqueItemsGrammar, with_unique_items
-from gdserve.grammar.lazy_dfa import lazy_byte_dfa
-from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
+from gdserve.grammar.json.report import enforcement_report
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.json.schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
+from gdserve.grammar.json.unique import UniqueItemsGrammar, with_unique_items
+from gdserve.grammar.regex.lazy_dfa import lazy_byte_dfa
+from gdserve.grammar.cfg.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
-from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
+from gdserve.grammar.regex.syntax import choice_regex, explain_index_error, prepare_regex
 from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, indexed_pattern, start_state,
                                          token_trie)
 from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary

@@ -25,7 +25,7 @@ import numpy as np
 from outlines_core import Index, Vocabulary
 
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
+from gdserve.grammar.regex.nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels import native
 from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gdserve.grammar.byte_nfa import Unsupported, build_nfa, utf8_sequences
+from gdserve.grammar.regex.nfa import Unsupported, build_nfa, utf8_sequences
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_schema import compile_json_schema
+from gdserve.grammar.json.schema import compile_json_schema
 from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, mask_library, outlines_byte_dfa
 
 from .dfa_check import equivalent

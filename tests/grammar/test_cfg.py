@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from gdserve.grammar import GrammarError, compile_grammar
-from gdserve.grammar.cfg_oracle import LarkOracle, oracle_walk
-from gdserve.grammar.cfg_sample import SentenceSampler
-from gdserve.grammar.lark_spec import lark_to_spec, load_grammar_text
+from gdserve.grammar.cfg.oracle import LarkOracle, oracle_walk
+from gdserve.grammar.cfg.sample import SentenceSampler
+from gdserve.grammar.cfg.lark_spec import lark_to_spec, load_grammar_text
 from tests.grammar.walk import (accepts_all, allowed_ids, random_split, single_byte_ids, token_ids_by_bytes,
                                 tokenized_mutants)
 

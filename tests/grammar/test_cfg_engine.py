@@ -5,8 +5,8 @@ import lark
 import pytest
 
 from gdserve import LLM, SamplingParams
-from gdserve.grammar.cfg_oracle import LarkOracle
-from gdserve.grammar.lark_spec import load_grammar_text
+from gdserve.grammar.cfg.oracle import LarkOracle
+from gdserve.grammar.cfg.lark_spec import load_grammar_text
 from gdserve.sampling_params import StructuredOutputsParams
 from tests.helpers import chat_ids
 

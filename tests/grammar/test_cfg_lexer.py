@@ -2,7 +2,7 @@
 the DFA of the whole regex."""
 import pytest
 
-from gdserve.grammar.cfg_lexer import _literal_prefix, _regex_dfa
+from gdserve.grammar.cfg.lexer import _literal_prefix, _regex_dfa
 from tests.grammar.dfa_check import direct, equivalent
 
 

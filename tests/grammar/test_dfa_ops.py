@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from gdserve.grammar.cfg_lexer import _regex_dfa
-from gdserve.grammar.dfa_ops import concat, repeat
+from gdserve.grammar.cfg.lexer import _regex_dfa
+from gdserve.grammar.regex.dfa_ops import concat, repeat
 from gdserve.grammar.token_index import ByteDFA
 from tests.grammar.dfa_check import direct, equivalent
 

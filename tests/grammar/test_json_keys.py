@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from gdserve.grammar.cfg_lexer import terminal_dfa
-from gdserve.grammar.json_keys import expand_keys, key_dfa, key_placeholder, key_regex, placeholder_names
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
-from gdserve.grammar.lark_spec import Terminal
-from gdserve.grammar.regex_tree import Atom, parse
+from gdserve.grammar.cfg.lexer import terminal_dfa
+from gdserve.grammar.json.keys import expand_keys, key_dfa, key_placeholder, key_regex, placeholder_names
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
+from gdserve.grammar.cfg.lark_spec import Terminal
+from gdserve.grammar.regex.tree import Atom, parse
 from tests.grammar.dfa_check import direct, equivalent
 
 

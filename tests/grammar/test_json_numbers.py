@@ -1,4 +1,4 @@
-"""Exact integer / decimal range regexes (gdserve.grammar.json_numbers)."""
+"""Exact integer / decimal range regexes (gdserve.grammar.json.numbers)."""
 
 import random
 import re
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gdserve.grammar.json_numbers import Bound, decimal_range_regex, digit_range, int_range_regex, multiples_regex
+from gdserve.grammar.json.numbers import Bound, decimal_range_regex, digit_range, int_range_regex, multiples_regex
 
 WINDOW = range(-1200, 1201)
 ENDS = [None, -1200, -1000, -999, -100, -99, -57, -10, -9, -1, 0, 1, 7, 9, 10, 11, 18, 19, 99, 100,

@@ -1,6 +1,6 @@
 """The enforcement report: every assertion keyword in exactly one of exact, approximated, ignored."""
-from gdserve.grammar.json_report import enforcement_report
-from gdserve.grammar.json_schema import compile_json_schema
+from gdserve.grammar.json.report import enforcement_report
+from gdserve.grammar.json.schema import compile_json_schema
 
 
 def report(schema, lenient=False):

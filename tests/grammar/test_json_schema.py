@@ -1,4 +1,4 @@
-"""JSON Schema → regex (gdserve.grammar.json_schema): the schemas/ corpus, soundness under random
+"""JSON Schema → regex (gdserve.grammar.json.schema): the schemas/ corpus, soundness under random
 mutation, MaskBench's dev split, outlines-core compatibility, and keyword-level behaviour (the
 JSON-Schema-Test-Suite has its own file, test_json_schema_test_suite.py)."""
 
@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
-from gdserve.grammar.json_schema import (
+from gdserve.grammar.json.schema import (
     DEFAULT_WS_BREAK,
     compile_json_schema,
     schema_to_regex,

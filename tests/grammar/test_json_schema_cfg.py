@@ -15,9 +15,9 @@ import torch
 
 from gdserve import LLM, SamplingParams
 from gdserve.grammar import GrammarError, compile_grammar
-from gdserve.grammar.cfg_sample import SentenceSampler
-from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from gdserve.grammar.cfg.sample import SentenceSampler
+from gdserve.grammar.json.schema import compile_json_schema_rules
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
 from gdserve.sampling_params import StructuredOutputsParams
 from tests.grammar.walk import (accepts_all, allowed_ids, is_json, random_split, single_byte_ids, token_ids_by_bytes,
                                tokenized_mutants)
@@ -168,7 +168,7 @@ def test_masks_without_the_native_walk_agree(smollm2_tokenizer, monkeypatch):
             assert m.accept_token(t)
         return out
     native = masks()
-    for module in ("token_index", "cfg_masks"):
+    for module in ("token_index", "cfg.masks"):
         monkeypatch.setattr(f"gdserve.grammar.{module}.mask_library", lambda: None)
     assert masks() == native
 
@@ -193,7 +193,7 @@ def test_keys_with_values_alike_share_walks_and_masks(smollm2_tokenizer, monkeyp
         return out, len(g._shared_roots)
     shared, families = masks()
     assert families > 3
-    monkeypatch.setattr("gdserve.grammar.cfg_lexer.Lexer.shared_key", lambda self, state: None)
+    monkeypatch.setattr("gdserve.grammar.cfg.lexer.Lexer.shared_key", lambda self, state: None)
     assert masks() == (shared, 0)
 
 
@@ -238,8 +238,9 @@ def test_a_schema_too_large_for_a_regex_takes_the_grammar_path(smollm2_tokenizer
     from three places, is one rule; instances are accepted exactly as a validator decides."""
     from functools import partial
 
-    from gdserve.grammar import compiler, json_schema
-    from gdserve.grammar.regex_tree import placeholder
+    from gdserve.grammar import compiler
+    from gdserve.grammar.json import schema as json_schema
+    from gdserve.grammar.regex.tree import placeholder
     monkeypatch.setattr(compiler, "compile_json_schema", partial(json_schema.compile_json_schema,
                                                                  max_regex_chars=1500))
     monkeypatch.setattr(json_schema, "RULE_MIN_CHARS", 300)
@@ -263,7 +264,7 @@ def test_a_schema_too_large_for_a_regex_takes_the_grammar_path(smollm2_tokenizer
 def test_a_regex_that_expands_too_far_takes_the_grammar_path(smollm2_tokenizer, monkeypatch):
     """Nested bounded repetitions: a short regex whose automaton would be huge (limits lowered so
     that a small schema crosses them) compiles as a grammar, exact."""
-    from gdserve.grammar import json_schema
+    from gdserve.grammar.json import schema as json_schema
     monkeypatch.setattr(json_schema, "MAX_EXPANDED_SIZE", 2000)
     monkeypatch.setattr(json_schema, "EXPANSION_CHECK_CHARS", 100)
     monkeypatch.setattr(json_schema, "RULE_MIN_CHARS", 100)

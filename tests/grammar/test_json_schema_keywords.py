@@ -11,7 +11,7 @@ import pytest
 
 from gdserve.grammar import compile_grammar
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_schema import compile_json_schema, schema_to_regex
+from gdserve.grammar.json.schema import compile_json_schema, schema_to_regex
 
 
 def serializations(x):
@@ -297,7 +297,7 @@ def test_pattern_properties_matching_a_declared_name_with_the_same_schema():
 
 
 def test_pattern_disjointness_and_match_everything():
-    from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
+    from gdserve.grammar.json.patterns import StringSpec, matches_everything, provably_disjoint
     spec = StringSpec.from_pattern
     assert provably_disjoint(spec("^https?://"), spec("^\\./"))
     assert provably_disjoint(spec("^displayName:(en|nl)$"), spec("^description:(en|nl)$"))

@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.cfg_sample import SentenceSampler
+from gdserve.grammar.cfg.sample import SentenceSampler
 from gdserve.grammar.errors import RecursiveSchemaError
-from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
 from tests.grammar.walk import accepts_all, allowed_ids, is_json, tokenized_mutants
 
 SCHEMAS = {
@@ -144,7 +144,7 @@ def test_branches_differing_in_required_keys_are_one_open_object(smollm2_tokeniz
 def test_a_capped_state_keeps_masks_and_accepts_agreeing(smollm2_tokenizer, monkeypatch):
     """Past MAX_CONFIGS a state keeps a subset of its parses (here 1): every token its mask allows
     is accepted, and what is accepted stays valid."""
-    monkeypatch.setattr("gdserve.grammar.cfg.MAX_CONFIGS", 1)
+    monkeypatch.setattr("gdserve.grammar.cfg.grammar.MAX_CONFIGS", 1)
     items = {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}},
                        {"type": "object", "properties": {"b": {"type": "integer"}}}]}
     schema = {"type": "object", "properties": {"list": {"type": "array", "items": items}}}

@@ -14,8 +14,8 @@ import pytest
 
 from gdserve.grammar.errors import (GrammarError, RecursiveSchemaError, RegexTooLargeError,
                                     UnsatisfiableSchemaError)
-from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
 from tests.helpers import CONFORMANCE, require_corpus
 
 SUITE = CONFORMANCE / "json-schema-test-suite" / "tests" / "draft2020-12"

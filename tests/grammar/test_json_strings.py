@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_formats import FORMATS
-from gdserve.grammar.json_schema import schema_to_regex
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
+from gdserve.grammar.json.formats import FORMATS
+from gdserve.grammar.json.schema import schema_to_regex
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
 
 
 def rx_for(schema):
@@ -43,7 +43,7 @@ def test_lengths_count_decoded_characters():
 
 
 def test_large_max_length_is_capped_and_reported():
-    from gdserve.grammar.json_schema import STRING_LENGTH_CAP, compile_json_schema
+    from gdserve.grammar.json.schema import STRING_LENGTH_CAP, compile_json_schema
 
     r = compile_json_schema({"type": "string", "maxLength": 5000})
     assert r.narrowed and "5000" in r.narrowed[0]
@@ -125,7 +125,7 @@ def test_pattern_with_length_bounds():
         expect = 2 <= len(s) <= 5 and ok.search(s) is not None
         assert (rx.fullmatch(json.dumps(s)) is not None) == expect, s
     # two variable parts: bounded soundly (a subset) and reported
-    from gdserve.grammar.json_schema import compile_json_schema
+    from gdserve.grammar.json.schema import compile_json_schema
 
     r = compile_json_schema({"type": "string", "pattern": "^[a-z]+-[a-z]+$", "maxLength": 10})
     assert r.narrowed

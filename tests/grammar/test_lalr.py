@@ -7,10 +7,10 @@ import random
 import pytest
 
 from gdserve.grammar import GrammarError
-from gdserve.grammar.cfg_parser import LalrParser
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
-from gdserve.grammar.lalr import Rule, lalr_table
-from gdserve.grammar.lark_spec import CfgSpec, Terminal, bnf_to_spec, lark_to_spec, load_grammar_text
+from gdserve.grammar.cfg.parser import LalrParser
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
+from gdserve.grammar.cfg.lalr import Rule, lalr_table
+from gdserve.grammar.cfg.lark_spec import CfgSpec, Terminal, bnf_to_spec, lark_to_spec, load_grammar_text
 
 SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "integer"}}},

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.lazy_dfa import LazyByteDFA
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.regex.lazy_dfa import LazyByteDFA
 from gdserve.grammar.token_index import ByteDFA, mask_library
 
 SCHEMAS = Path(__file__).parents[2] / "schemas"

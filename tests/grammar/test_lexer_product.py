@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from gdserve.grammar import lexer_product
-from gdserve.grammar.cfg_lexer import Lexer, terminal_dfa
-from gdserve.grammar.cfg_parser import LalrParser
-from gdserve.grammar.json_schema_cfg import schema_to_grammar
-from gdserve.grammar.lark_spec import lark_to_spec
+from gdserve.grammar.cfg import lexer_product
+from gdserve.grammar.cfg.lexer import Lexer, terminal_dfa
+from gdserve.grammar.cfg.parser import LalrParser
+from gdserve.grammar.json.schema_cfg import schema_to_grammar
+from gdserve.grammar.cfg.lark_spec import lark_to_spec
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 40}, "names": {"type": "array", "items": {"type": "string"}},

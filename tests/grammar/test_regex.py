@@ -5,7 +5,7 @@ import re
 import pytest
 
 from gdserve.grammar import GrammarError, compile_grammar
-from gdserve.grammar.regex import choice_regex, escape_literal, prepare_regex, skeleton
+from gdserve.grammar.regex.syntax import choice_regex, escape_literal, prepare_regex, skeleton
 from gdserve.grammar.vocabulary import token_vocabulary
 from tests.grammar.walk import feed
 

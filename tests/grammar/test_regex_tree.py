@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from gdserve.grammar.regex_tree import Alt, Atom, ByteSizes, nonempty, nullable, parse, placeholder, to_regex
+from gdserve.grammar.regex.tree import Alt, Atom, ByteSizes, nonempty, nullable, parse, placeholder, to_regex
 
 REGEXES = [
     r'\{[ \t]?"a"[ \t]?:[ \t]?(?:null|\[(?:x(?:,x)*)?\])[ \t]?\}',

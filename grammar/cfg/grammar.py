@@ -23,12 +23,12 @@ import torch
 
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.cfg_budget import UNKNOWN, next_completions
-from gdserve.grammar.cfg_complete import search_completion, shortest_completion, shortest_spelling
-from gdserve.grammar.cfg_lexer import Lexer
-from gdserve.grammar.cfg_masks import Expansion, MaskStore
-from gdserve.grammar.cfg_parser import LalrParser, Stack
-from gdserve.grammar.lark_spec import CfgSpec
+from gdserve.grammar.cfg.budget import UNKNOWN, next_completions
+from gdserve.grammar.cfg.complete import search_completion, shortest_completion, shortest_spelling
+from gdserve.grammar.cfg.lexer import Lexer
+from gdserve.grammar.cfg.masks import Expansion, MaskStore
+from gdserve.grammar.cfg.parser import LalrParser, Stack
+from gdserve.grammar.cfg.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
 from gdserve.kernels.bitmask import empty_words, pack_words, set_bits

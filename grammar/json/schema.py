@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError, UnsatisfiableSchemaError
-from gdserve.grammar.json_formats import format_pattern, is_known_format
-from gdserve.grammar.json_numbers import (Bound, common_multiple, decimal_range_regex, int_bounds, int_range_regex,
+from gdserve.grammar.json.formats import format_pattern, is_known_format
+from gdserve.grammar.json.numbers import (Bound, common_multiple, decimal_range_regex, int_bounds, int_range_regex,
                                           multiples_regex)
-from gdserve.grammar.json_patterns import StringSpec, matches_everything, provably_disjoint
-from gdserve.grammar.json_schema_eval import pattern_test
-from gdserve.grammar.json_schema_neg import has_ref
-from gdserve.grammar.json_schema_model import (
+from gdserve.grammar.json.patterns import StringSpec, matches_everything, provably_disjoint
+from gdserve.grammar.json.schema_eval import pattern_test
+from gdserve.grammar.json.schema_neg import has_ref
+from gdserve.grammar.json.schema_model import (
     INSTANCE_TYPES,
     Alternatives,
     MergedSchema,
@@ -44,16 +44,16 @@ from gdserve.grammar.json_schema_model import (
     pointer_token,
     show_pointer,
 )
-from gdserve.grammar.json_schema_norm import Normalizer
-from gdserve.grammar.json_values import instance_types, json_equal, unique_json
-from gdserve.grammar.json_keys import key_placeholder, key_regex
-from gdserve.grammar.json_strings import (
+from gdserve.grammar.json.schema_norm import Normalizer
+from gdserve.grammar.json.values import instance_types, json_equal, unique_json
+from gdserve.grammar.json.keys import key_placeholder, key_regex
+from gdserve.grammar.json.strings import (
     CHAR,
     Limits,
     repeat,
     string_literal,
 )
-from gdserve.grammar.regex_tree import parse, placeholder
+from gdserve.grammar.regex.tree import parse, placeholder
 
 ANY_VALUE_DEPTH = 2
 STRING_LENGTH_CAP = 256

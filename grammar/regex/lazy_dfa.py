@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
+from gdserve.grammar.regex.nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.token_index import builder_arrays, mask_library, new_builder
 

@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_strings import (
+from gdserve.grammar.json.strings import (
     ALL,
     EMPTY,
     LINE_TERMINATORS,

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_numbers import digit_range
+from gdserve.grammar.json.numbers import digit_range
 
 MAX_CP = 0x10FFFF
 Intervals = tuple[tuple[int, int], ...]

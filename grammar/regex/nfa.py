@@ -18,8 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from gdserve.grammar import regex_tree as rt
-from gdserve.grammar.regex import _class_end
+from gdserve.grammar.regex import tree as rt
+from gdserve.grammar.regex.syntax import _class_end
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)

@@ -27,9 +27,9 @@ import torch
 
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.cfg import CfgGrammar
-from gdserve.grammar.json_unique_paths import Path, unique_array_paths
-from gdserve.grammar.json_unique_scan import Scan, Scanner, decoded_prefix, items_read, path_matcher
+from gdserve.grammar.cfg.grammar import CfgGrammar
+from gdserve.grammar.json.unique_paths import Path, unique_array_paths
+from gdserve.grammar.json.unique_scan import Scan, Scanner, decoded_prefix, items_read, path_matcher
 from gdserve.grammar.matcher import Grammar, write_row
 from gdserve.grammar.token_index import TokenTrie
 from gdserve.kernels.bitmask import clear_bits, unpack_words

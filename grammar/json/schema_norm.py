@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError
-from gdserve.grammar.json_numbers import Bound
-from gdserve.grammar.json_patterns import StringSpec, provably_disjoint
-from gdserve.grammar.json_schema_eval import Evaluator, pattern_test
-from gdserve.grammar.json_schema_model import (
+from gdserve.grammar.json.numbers import Bound
+from gdserve.grammar.json.patterns import StringSpec, provably_disjoint
+from gdserve.grammar.json.schema_eval import Evaluator, pattern_test
+from gdserve.grammar.json.schema_model import (
     EXCLUDED_VALUES,
     FORBIDDEN_NAMES,
     INSTANCE_TYPES,
@@ -29,8 +29,8 @@ from gdserve.grammar.json_schema_model import (
     pointer_token,
     show_pointer,
 )
-from gdserve.grammar.json_schema_neg import Negator
-from gdserve.grammar.json_values import instance_types, json_key, unique_json
+from gdserve.grammar.json.schema_neg import Negator
+from gdserve.grammar.json.values import instance_types, json_key, unique_json
 
 _UNSUPPORTED = {"not", "dependentRequired", "dependentSchemas",
                 "dependencies", "unevaluatedItems", "unevaluatedProperties",

@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_keys import expand_keys
-from gdserve.grammar.json_schema import compile_json_schema_rules
-from gdserve.grammar.lalr import Rule
-from gdserve.grammar.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
-from gdserve.grammar.regex_tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, is_long_repeat, nonempty,
+from gdserve.grammar.json.keys import expand_keys
+from gdserve.grammar.json.schema import compile_json_schema_rules
+from gdserve.grammar.cfg.lalr import Rule
+from gdserve.grammar.cfg.lark_spec import TERMINAL_PRIORITY, CfgSpec, Terminal, bnf_to_spec
+from gdserve.grammar.regex.tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq, is_long_repeat, nonempty,
                                        nullable, parse, to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.regex import _class_end
+from gdserve.grammar.regex.syntax import _class_end
 
 RULE_OPEN, RULE_CLOSE = "\ue000", "\ue001"
 SUB_OPEN, SUB_CLOSE = "\ue002", "\ue003"

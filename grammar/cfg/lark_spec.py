@@ -15,8 +15,8 @@ from functools import cached_property
 from pathlib import Path
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.lalr import Action, Rule, lalr_table
-from gdserve.grammar.regex import escape_literal, prepare_regex, skeleton
+from gdserve.grammar.cfg.lalr import Action, Rule, lalr_table
+from gdserve.grammar.regex.syntax import escape_literal, prepare_regex, skeleton
 
 BUILTIN_DIR = Path(__file__).parent
 BUILTIN_PREFIX = "builtin:"
@@ -68,7 +68,7 @@ def load_grammar_text(spec: object) -> str:
             known = ", ".join(sorted(BUILTIN_PREFIX + p.stem for p in BUILTIN_DIR.glob("*.lark")))
             raise GrammarError(f"unknown built-in grammar {name!r}; known: {known}")
         return path.read_text()
-    from gdserve.grammar.gbnf import gbnf_to_lark, is_gbnf
+    from gdserve.grammar.cfg.gbnf import gbnf_to_lark, is_gbnf
     return gbnf_to_lark(spec) if is_gbnf(spec) else spec
 
 

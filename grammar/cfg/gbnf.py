@@ -12,7 +12,7 @@ import json
 import re
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.regex import RUST_META
+from gdserve.grammar.regex.syntax import RUST_META
 
 RULE_START = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*::=", re.M)
 TOKEN = re.compile(r'''\s+|\#[^\n]*|"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z][A-Za-z0-9_-]*

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from gdserve.grammar.cfg_lexer import terminal_dfa
-from gdserve.grammar.lark_spec import lark_to_spec
+from gdserve.grammar.cfg.lexer import terminal_dfa
+from gdserve.grammar.cfg.lark_spec import lark_to_spec
 from gdserve.grammar.token_index import ByteDFA
 
 

@@ -19,12 +19,12 @@ from fractions import Fraction
 from typing import Callable
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_formats import format_pattern, is_known_format
-from gdserve.grammar.json_patterns import StringSpec
-from gdserve.grammar.json_schema_model import (EXCLUDED_VALUES, FORBIDDEN_NAMES, TYPES_OF_NAME, Subschema,
+from gdserve.grammar.json.formats import format_pattern, is_known_format
+from gdserve.grammar.json.patterns import StringSpec
+from gdserve.grammar.json.schema_model import (EXCLUDED_VALUES, FORBIDDEN_NAMES, TYPES_OF_NAME, Subschema,
                                                pointer_token)
-from gdserve.grammar.json_values import instance_types, json_equal, json_key
-from gdserve.grammar.json_strings import Limits
+from gdserve.grammar.json.values import instance_types, json_equal, json_key
+from gdserve.grammar.json.strings import Limits
 
 _UNDECIDABLE = {"unevaluatedItems", "unevaluatedProperties", "$dynamicRef", "$recursiveRef"}
 _MAX_DEPTH = 64  # schema hops on one value: deeper is a $ref loop that never reaches a value

@@ -16,8 +16,8 @@ from itertools import product
 from typing import Callable
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_formats import is_known_format
-from gdserve.grammar.json_schema_model import (EXCLUDED_VALUES, FORBIDDEN_NAMES, TYPES_OF_NAME, Subschema,
+from gdserve.grammar.json.formats import is_known_format
+from gdserve.grammar.json.schema_model import (EXCLUDED_VALUES, FORBIDDEN_NAMES, TYPES_OF_NAME, Subschema,
                                                pointer_token)
 
 MAX_ALTERNATIVES = 64

@@ -15,8 +15,8 @@ from functools import cached_property
 
 import regex
 
-from gdserve.grammar.lark_spec import LAZY_QUANTIFIER
-from gdserve.grammar.regex import skeleton
+from gdserve.grammar.cfg.lark_spec import LAZY_QUANTIFIER
+from gdserve.grammar.regex.syntax import skeleton
 
 
 @dataclass

@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_schema_model import pointer_token, show_pointer
+from gdserve.grammar.json.schema_model import pointer_token, show_pointer
 
 ITEM = 0      # path step: an array item, any position
 ANY_KEY = 1   # path step: an object member whose key no declared property names

@@ -27,12 +27,12 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_keys import expand_keys, key_dfa, placeholder_names
-from gdserve.grammar.lexer_product import Product, ProductWalk
-from gdserve.grammar.lark_spec import CfgSpec, Terminal
-from gdserve.grammar.regex import explain_index_error
-from gdserve.grammar.dfa_ops import concat, joint_classes, repeat
-from gdserve.grammar.regex_tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, SUB_OPEN, Alt, Atom, Node, Repeat,
+from gdserve.grammar.json.keys import expand_keys, key_dfa, placeholder_names
+from gdserve.grammar.cfg.lexer_product import Product, ProductWalk
+from gdserve.grammar.cfg.lark_spec import CfgSpec, Terminal
+from gdserve.grammar.regex.syntax import explain_index_error
+from gdserve.grammar.regex.dfa_ops import concat, joint_classes, repeat
+from gdserve.grammar.regex.tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, SUB_OPEN, Alt, Atom, Node, Repeat,
                                        Seq, alternates_at_top, parse, to_regex)
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, byte_classes, indexed_pattern, start_state
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gdserve.grammar.json_numbers import Bound
+from gdserve.grammar.json.numbers import Bound
 
 # Instance types: JSON Schema's, with "number" split into "integer" and "fraction"
 INSTANCE_TYPES = ("null", "boolean", "object", "array", "string", "integer", "fraction")

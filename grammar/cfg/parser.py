@@ -6,8 +6,8 @@ reach (most often one, none on a syntax error)."""
 from dataclasses import dataclass, field
 
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.lalr import END, Action
-from gdserve.grammar.lark_spec import CfgSpec
+from gdserve.grammar.cfg.lalr import END, Action
+from gdserve.grammar.cfg.lark_spec import CfgSpec
 
 Stack = tuple[int, ...]
 MAX_CACHED = 200_000  # feeds cached per grammar before the cache starts over

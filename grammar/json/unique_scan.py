@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gdserve.grammar.json_unique_paths import ITEM, Path, matches
+from gdserve.grammar.json.unique_paths import ITEM, Path, matches
 
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 _SCALAR_BYTES = frozenset(b"0123456789+-.eEtruefalsn")  # what continues a number or literal

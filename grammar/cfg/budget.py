@@ -13,7 +13,7 @@ never makes an output invalid, and following only checked tokens, a sequence com
 """
 import numpy as np
 
-from gdserve.grammar.cfg_complete import prefix_tokens
+from gdserve.grammar.cfg.complete import prefix_tokens
 from gdserve.kernels.bitmask import unpack_words
 
 UNKNOWN = np.iinfo(np.int32).max  # allowed, but no completion is known after it

@@ -22,11 +22,11 @@ import json
 
 import numpy as np
 
-from gdserve.grammar.dfa_ops import from_table
+from gdserve.grammar.regex.dfa_ops import from_table
 from gdserve.grammar.errors import GrammarError
-from gdserve.grammar.json_strings import (CHAR, Intervals, chars, complement, encode_char, encode_charset,
+from gdserve.grammar.json.strings import (CHAR, Intervals, chars, complement, encode_char, encode_charset,
                                           encodes_each, intersect, string_literal)
-from gdserve.grammar.regex_tree import SUB_CLOSE, SUB_OPEN, sub_payload, sub_placeholder
+from gdserve.grammar.regex.tree import SUB_CLOSE, SUB_OPEN, sub_payload, sub_placeholder
 from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, indexed_pattern, start_state
 
 ANY_KEY = f'"{CHAR}*"'
