@@ -9,7 +9,7 @@ over a vocabulary of the 256 single bytes, and a token is allowed in a state exa
 outlines-core would allow it: its bytes, read one by one from that state, never reach the dead
 state. A state's mask is then
 one depth-first walk of the token trie that skips a subtree at its first dead byte (C, in
-kernels/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
+grammar/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
 matcher first reaches the state.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar import native
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.regex.nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
-from gdserve.kernels import native
 from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits
 
 BYTE_EOS = 256
@@ -46,8 +46,8 @@ BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 @cache
 def mask_library() -> ctypes.CDLL | None:
-    """The native kernels' library with walk_token_trie bound, or None for the numpy walk."""
-    lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
+    """The grammar's native library with walk_token_trie bound, or None for the numpy walk."""
+    lib = native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
         lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p,
@@ -177,7 +177,7 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
 
 
 def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
-    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c), the dead state
+    """Every state of the NFA's subset construction (grammar/csrc/byte_dfa.c), the dead state
     moved last; None where it passes MAX_DFA_STATES."""
     handle = new_builder(lib, nfa)
     if not handle:

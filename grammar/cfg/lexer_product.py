@@ -1,6 +1,6 @@
 """The states of the contextual lexer's product DFA (cfg_lexer.Lexer) that one candidate set's
 start reaches while two or more terminals are alive: a breadth-first walk in C
-(kernels/csrc/lexer_product.c), or the Python reference below where no compiler works. It
+(grammar/csrc/lexer_product.c), or the Python reference below where no compiler works. It
 runs when a parser stack first meets a candidate set, inside a mask fill, so it is kept in C:
 in numpy (~70 µs a state) it was most of a first fill's time.
 

@@ -1,5 +1,5 @@
 """A regex's byte DFA determinized on demand: ByteDFA's interface over the states of byte_nfa's
-subset construction (kernels/csrc/byte_dfa.c) built as matchers reach them.
+subset construction (grammar/csrc/byte_dfa.c) built as matchers reach them.
 
 A JSON schema's DFA has thousands of states, most of which no sequence visits; a token walk
 from a state reads at most the trie's depth in bytes, so the index asks for every state within

@@ -1,5 +1,5 @@
 """A regex as a byte-level NFA (Thompson's construction over regex_tree's parse), in flat arrays
-that kernels/csrc/byte_dfa.c determinizes in time proportional to the DFA's transitions.
+that grammar/csrc/byte_dfa.c determinizes in time proportional to the DFA's transitions.
 
 outlines-core determinizes a JSON schema's regex at tens of microseconds a state (and its tables
 are converted after); this construction is linear in the regex once its bounded repetitions are
