@@ -15,7 +15,7 @@ from gdserve.grammar.json.schema import compile_json_schema
 from gdserve.grammar.regex.lazy_dfa import LazyByteDFA
 from gdserve.grammar.token_index import ByteDFA, mask_library
 
-SCHEMAS = Path(__file__).parents[2] / "schemas"
+SCHEMAS = Path(__file__).parents[3] / "schemas"
 REGEXES = [r"[0-9]{3}-[a-z]+", r"(a|ab)*c?", r"\"([^\"\\\x00-\x1f]|\\[\"\\/bfnrt]){0,40}\"",
            r"é[^a]{2,5}x|[\u4e00-\u9fff]+", r"\{\"a\": ?(true|false|-?[0-9]{1,6})(, ?\"b\": ?\"[a-z ]{0,30}\")?\}"]
 BUDGETS = (0, 2, 7, 30)

@@ -1,6 +1,6 @@
 """JSON Schema → regex (gdserve.grammar.json.schema): the schemas/ corpus, soundness under random
 mutation, MaskBench's dev split, outlines-core compatibility, and keyword-level behaviour (the
-JSON-Schema-Test-Suite has its own file, test_json_schema_test_suite.py)."""
+JSON-Schema-Test-Suite has its own file, test_schema_test_suite.py)."""
 
 import copy
 import datetime
@@ -21,7 +21,7 @@ from gdserve.grammar.json.schema import (
 )
 from tests.helpers import CONFORMANCE, require_corpus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMAS = ROOT / "schemas"
 MASKBENCH = CONFORMANCE / "maskbench-dev"
 
@@ -1031,7 +1031,7 @@ def test_maskbench_dev_regex_soundness():
             counts["errors"] += 1
             counts["too_large"] += "too large" in str(e)
             continue
-        if r.unique_items:  # kept by the matcher beside the regex (test_json_unique), not by it
+        if r.unique_items:  # kept by the matcher beside the regex (json/test_unique.py), not by it
             continue
         counts["compiled"] += 1
         rx = re.compile(r.regex)

@@ -1,7 +1,7 @@
 """The official JSON-Schema-Test-Suite (draft 2020-12, non-optional) against the schema compiler:
 every test instance is matched against the compiled constraint (the regex path, or the grammar
 path's Lark grammar for recursive schemas) and scored. Strict mode must never accept an invalid
-instance; the outcome of every test is pinned in json_schema_test_suite_baseline.json, which may
+instance; the outcome of every test is pinned in schema_test_suite_baseline.json, which may
 only improve (GDSERVE_UPDATE_BASELINE=1 rewrites it after an improvement)."""
 import json
 import os
@@ -19,7 +19,7 @@ from gdserve.grammar.json.schema_cfg import schema_to_grammar
 from tests.helpers import CONFORMANCE, require_corpus
 
 SUITE = CONFORMANCE / "json-schema-test-suite" / "tests" / "draft2020-12"
-BASELINE = Path(__file__).with_name("json_schema_test_suite_baseline.json")
+BASELINE = Path(__file__).with_name("schema_test_suite_baseline.json")
 EXACT = "exact"                     # accepted iff valid
 REJECTED_VALID = "rejected-valid"   # a valid instance rejected (incomplete, sound)
 UNSUPPORTED = "unsupported"         # the schema does not compile (a clear error)

@@ -10,7 +10,7 @@ import pytest
 
 from gdserve.grammar import compile_grammar
 
-AGENTS = Path(__file__).resolve().parents[2] / "schemas" / "agents"
+AGENTS = Path(__file__).resolve().parents[3] / "schemas" / "agents"
 FILES = sorted(AGENTS.glob("*.json"))
 
 

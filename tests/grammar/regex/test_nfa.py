@@ -12,10 +12,10 @@ from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json.schema import compile_json_schema
 from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, mask_library, outlines_byte_dfa
 
-from .dfa_check import equivalent
-from .test_json_schema import MASKBENCH
+from tests.grammar.dfa_check import equivalent
+from tests.grammar.json.test_schema import MASKBENCH
 
-SCHEMAS = Path(__file__).parents[2] / "schemas"
+SCHEMAS = Path(__file__).parents[3] / "schemas"
 REGEXES = [r"a|ab", r"(a?)*b{2,4}", r"x{2,}y|x{0}", r"", r"(|a)(b|)", r".", r"[^\"\\\x00-\x1f]{0,5}",
            r"é[^a]{2,5}x", r"[\u4e00-\u9fff]+", r"\x{1F600}|\u00e9|\U0001F601", r"[-a-c\]\^]+",
            r"[^\x00-\x7f]", r"(ab|cd){0,3}e*", r"\{\n?[ ]{0,4}\"a\":[ ]?(true|false|null)\}",

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from gdserve.grammar import GrammarError, compile_grammar
-from tests.grammar.test_pydantic_schemas import allowed_ids
+from tests.grammar.json.test_pydantic_schemas import allowed_ids
 
 SET_STR = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 SET_INT = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"},

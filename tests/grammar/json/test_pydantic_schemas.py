@@ -1,4 +1,4 @@
-"""Pydantic v2 models' own schemas (tests/grammar/pydantic_models.py): each compiles, and random
+"""Pydantic v2 models' own schemas (tests/grammar/json/pydantic_models.py): each compiles, and random
 outputs (uniform among the allowed tokens, a closing budget) complete and pass
 `Model.model_validate_json`. Where pydantic's schema is looser than its validator (GAPS, see
 docs/guided-decoding.md) the outputs are checked against the schema, which is what is enforced."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gdserve.grammar import allocate_token_bitmask, compile_grammar
-from tests.grammar.pydantic_models import MODELS
+from tests.grammar.json.pydantic_models import MODELS
 
 SAMPLES = 3
 MAX_TOKENS = 150
