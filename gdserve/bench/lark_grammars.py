@@ -6,7 +6,7 @@ grammar parser once, then the median of --repeats fresh compiles; a CompileServi
 per-token mask fill over --instances random sentences of the grammar (tokenized canonically; each
 backend compiles fresh, so the first sentence pays for cold caches), every token checked against
 the mask and accepted, then EOS; and --oracle-steps random steps whose masks are checked on sampled
-tokens against the slow oracle (grammar/cfg_oracle.py: lark's interactive parser + `regex`).
+tokens against the slow oracle (grammar/cfg/oracle.py: lark's interactive parser + `regex`).
 """
 import argparse
 import json

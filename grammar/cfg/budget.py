@@ -3,7 +3,7 @@ tokens after which a completion of the constraint is known to fit in the tokens 
 (CfgGrammar.budget_row), as the regex path does with its DFA's distances.
 
 A token's completion is the length in bytes of a known completion of the state it leads to
-(cfg_complete's search, cached per state); a byte is a token at worst, so bytes bound tokens from
+(cfg.complete's search, cached per state); a byte is a token at worst, so bytes bound tokens from
 above. Two kinds of token are checked, both cheaply: those that start the state's own shortest
 completion (they inherit its rest, no search), and those that stay inside the current lexeme with
 no lexeme ending inside them (a string's body: most of the vocabulary), grouped by the lexer state

@@ -5,12 +5,12 @@ lexeme read so far in the contextual lexer of that stack's acceptable terminals.
 complete and cannot grow is emitted at once, so a configuration at a lexer's start is an empty
 lexeme. The matcher's state is the set of configurations the text so far can be in: always one
 under maximal munch and resolved conflicts; with the spec's `exact`, a lexeme that could end
-where it is or go on is followed both ways (cfg_lexer) and so is each action of a parser
-conflict (cfg_parser), so the set holds every split and parse of the text (at most MAX_CONFIGS,
+where it is or go on is followed both ways (cfg.lexer) and so is each action of a parser
+conflict (cfg.parser), so the set holds every split and parse of the text (at most MAX_CONFIGS,
 the first by stack depth: past it a state keeps a subset, never admitting more).
 
 A configuration's mask is the stored `inside` words of its lexer state, ORed with the crossing
-tokens that the parser lets through (cfg_masks), cached per configuration (the stack is part of
+tokens that the parser lets through (cfg.masks), cached per configuration (the stack is part of
 the key: it is what decides which terminal may come next); a state's mask is its configurations'
 union. EOS is allowed when some configuration's lexeme is empty or complete and the parser then
 accepts `$END`.
@@ -72,7 +72,7 @@ class CfgGrammar:
     # Bytes one token may add to the shortest completion: steering starts this far ahead of it.
     # Grammars whose one token can open a long structure (a recursive schema's `{`) raise it.
     steer_margin: int = STEER_MARGIN
-    report: dict | None = None  # json: the enforcement report (grammar/json_report.py)
+    report: dict | None = None  # json: the enforcement report (grammar/json/report.py)
 
     def __getstate__(self) -> dict:
         names = ("kind", "spec", "trie", "terminal_dfas", "vocab_size", "eos_token_ids", "regex",
@@ -270,7 +270,7 @@ class CfgGrammar:
         return BoundedCache(MAX_CACHED_MASKS)
 
     def completion(self, state: CfgStates) -> bytes | None:
-        """Short bytes that complete `state` (cfg_complete), cached per state."""
+        """Short bytes that complete `state` (cfg.complete), cached per state."""
         if state not in self._completions:
             with unit_of_work():
                 self._remember(state, shortest_completion(self, state))
@@ -320,7 +320,7 @@ class CfgGrammar:
         return BoundedCache(MAX_CACHED_NEXT_COMPLETIONS, policy="lru")
 
     def next_completions(self, state: CfgStates, budget: int) -> np.ndarray:
-        """int32 [vocab_size]: the checked tokens' completions after them (cfg_budget), cached for
+        """int32 [vocab_size]: the checked tokens' completions after them (cfg.budget), cached for
         the states most recently used near their budget (an answer for a budget holds for every
         smaller one)."""
         cached = self._next_completions.lookup(state)
@@ -353,7 +353,7 @@ class CfgGrammar:
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
         """The state's row; near the budget (within closing_window bytes of the state's shortest
         completion) only the checked tokens after which a known completion fits in `budget` more
-        tokens (bytes bound tokens from above: cfg_budget), and EOS where allowed; where none
+        tokens (bytes bound tokens from above: cfg.budget), and EOS where allowed; where none
         fits, those whose completion is shortest. The whole row where no completion is known."""
         full = self.state_mask(state)
         if budget >= self.closing_zone:
@@ -414,7 +414,7 @@ class CfgMatcher(StateWalk):
             self.grammar.inherit_completion(nxt, path[len(data):])
 
     def distance_to_complete(self) -> int:
-        """Bytes of a short completion (cfg_complete; not always the shortest); 0 if none found."""
+        """Bytes of a short completion (cfg.complete; not always the shortest); 0 if none found."""
         state = self._states[-1]
         path = None if state == TERMINATED else self.grammar.completion(state)
         return len(path) if path else 0

@@ -6,7 +6,7 @@ concatenated expansions), a state's kernel a sorted tuple of them, and terminal 
 bitsets. Conflicts are resolved as lark resolves them: shift over reduce, then the higher rule
 priority; two reductions of equal priority on one terminal are an error. Or, for a grammar whose
 language must be exact (JSON Schema grammars), every action of a conflict is kept (`conflicts`)
-and the parser follows each (cfg_parser).
+and the parser follows each (cfg.parser).
 
 The table's form is CfgSpec's: actions[state][symbol name] = (True, next state) for shifts and
 gotos, (False, (rule origin, rule length)) for reductions; `$END` is shifted into the end state.

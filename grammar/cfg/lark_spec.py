@@ -1,10 +1,10 @@
 """A Lark grammar -> CfgSpec: the internal form of every context-free constraint (Lark EBNF, GBNF,
 and JSON Schemas on the grammar path, which build theirs from rules directly): its terminals as
-regexes in outlines-core's dialect plus the LALR(1) parse table (grammar/lalr.py) as plain dicts
+regexes in outlines-core's dialect plus the LALR(1) parse table (grammar/cfg/lalr.py) as plain dicts
 (picklable, no lark objects). lark parses the grammar text and expands its EBNF into rules.
 
 Terminal regexes: string literals are escaped (`"x"i` becomes `(?i:x)`); regex terminals go
-through regex.prepare_regex (Python-only constructs rejected by name). A regex with a lazy
+through regex.syntax.prepare_regex (Python-only constructs rejected by name). A regex with a lazy
 quantifier (`*?`, `+?`, `??`, `{m,n}?`) is read greedily, and the terminal is marked lazy: its
 lexeme ends at its first match (what `re.match` does with `.*?"`; llguidance does the same).
 common.lark's ESCAPED_STRING is the one lookbehind idiom rewritten to plain regex.
@@ -42,8 +42,8 @@ class CfgSpec:
     """Terminals (index = terminal id), ignored terminal ids, and the LALR(1) table:
     actions[state][symbol] for terminals and nonterminals (gotos are shifts on nonterminals).
     exact: the matcher's language is the grammar's, every way of reading the text followed: a
-    lexeme may end at any complete match (grammar/cfg_lexer.py), and at a conflict every action
-    in `conflicts` is taken (cfg_parser); else lark's ways: maximal munch, conflicts resolved."""
+    lexeme may end at any complete match (grammar/cfg/lexer.py), and at a conflict every action
+    in `conflicts` is taken (cfg.parser); else lark's ways: maximal munch, conflicts resolved."""
     terminals: tuple[Terminal, ...]
     ignore: frozenset[int]
     actions: tuple[dict[str, Action], ...]

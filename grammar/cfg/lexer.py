@@ -6,7 +6,7 @@ parser can take next, plus the ignored ones).
 Lexing semantics (what the matcher enforces, and how it differs from lark). A spec with
 `exact` (JSON Schema grammars, whose terminals are the writer's own cuts of one regex) lets a
 lexeme end at any complete match of any candidate, ties included, so the language is every
-concatenation of terminals that parses: the matcher follows each way (cfg.CfgGrammar.advance).
+concatenation of terminals that parses: the matcher follows each way (cfg.grammar.CfgGrammar.advance).
 Otherwise (Lark and GBNF grammars, which their users lex with lark):
 - maximal munch without backtracking: a lexeme goes on while some candidate terminal can still
   extend it; at the first byte that none can take, the bytes so far must match a candidate in
@@ -96,7 +96,7 @@ def _composed(regex: str) -> ByteDFA | None:
 
 
 def _with_keys(regex: str) -> ByteDFA:
-    """The DFA of a regex holding json_keys placeholders: where they are items of its top
+    """The DFA of a regex holding json.keys placeholders: where they are items of its top
     sequence, the parts between them and the keys' own DFAs concatenated; otherwise (or where a
     key's DFA or a seam is not available) the regex with the keys written out."""
     node = parse(regex)

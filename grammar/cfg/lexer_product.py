@@ -1,4 +1,4 @@
-"""The states of the contextual lexer's product DFA (cfg_lexer.Lexer) that one candidate set's
+"""The states of the contextual lexer's product DFA (cfg.lexer.Lexer) that one candidate set's
 start reaches while two or more terminals are alive: a breadth-first walk in C
 (grammar/csrc/lexer_product.c), or the Python reference below where no compiler works. It
 runs when a parser stack first meets a candidate set, inside a mask fill, so it is kept in C:

@@ -11,11 +11,11 @@ A token is read byte by byte from the lexer state. Walking the token trie throug
 A lexer state that is itself accepting makes every token whose first byte it cannot take a
 crossing at depth 0: those are `dying_first` (tokens by first byte), and at run time they are the
 next lexeme's start mask ANDed with it.
-When lexemes may end at any complete match (`split`, cfg_lexer), every node below an accepting
+When lexemes may end at any complete match (`split`, cfg.lexer), every node below an accepting
 state is a crossing, alive or not, and at depth 0 every token may start the next lexeme.
 Crossing subtrees are walked the same way from the next lexer's start (an Expansion per
 (crossing group, next lexer start)), which finds nested crossings (`"},{"`). Only the parser steps
-depend on the stack; the matcher applies them (cfg.CfgGrammar.mask).
+depend on the stack; the matcher applies them (cfg.grammar.CfgGrammar.mask).
 """
 from dataclasses import dataclass, field
 from functools import cached_property

@@ -1,7 +1,7 @@
 """A slow exact oracle for CfgGrammar masks (tests and `gdserve bench grammar`), built apart from
 the compiled path: lark's own interactive LALR parser (`accepts()`, `feed_token`, `feed_eof`) and
 the `regex` module's partial matching on lark's own terminal regexes, with the lexing semantics
-of cfg_lexer (maximal munch without backtracking, lazy terminals end at their first match, ties:
+of cfg.lexer (maximal munch without backtracking, lazy terminals end at their first match, ties:
 priority, then literals, then lark's order).
 
 OracleState is the parser after the emitted terminals plus the text of the unfinished lexeme.

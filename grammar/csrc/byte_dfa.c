@@ -1,4 +1,4 @@
-/* Subset construction of a byte NFA (grammar/byte_nfa.py: Thompson's construction, epsilon and
+/* Subset construction of a byte NFA (grammar/regex/nfa.py: Thompson's construction, epsilon and
    byte-class-range edges in CSR form) into a DFA whose states are interned by their NFA node
    sets. A DFA state holds the nodes of its epsilon closure that read a byte or accept, and only
    those from which the accepting node can be reached (the NFA's own distance to it, computed

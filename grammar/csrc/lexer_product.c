@@ -1,4 +1,4 @@
-/* The contextual lexer's product DFA (grammar/lexer_product.py): from one candidate set's start,
+/* The contextual lexer's product DFA (grammar/cfg/lexer_product.py): from one candidate set's start,
    breadth first over the states where two or more terminals are still alive. */
 #include <stdint.h>
 #include <string.h>

@@ -31,10 +31,10 @@ static int32_t loop_find(const int32_t *slots, int32_t state) {
    state; a dead state skips the node's whole subtree. Sets the bit of every token below
    vocab_size whose bytes never reach the dead state; writes each visited node's state to
    node_state when it is not NULL. When accept is not NULL (a context-free grammar's lexer,
-   grammar/cfg_masks.py: accept[s] is the terminal state s emits, or -1), also records each node
+   grammar/cfg/masks.py: accept[s] is the terminal state s emits, or -1), also records each node
    below the range's first level where the lexeme dies right after an accepting state, appended
    as cross_nodes[*n_cross] / cross_terms[*n_cross] in preorder; with `split` (lexemes may end at
-   any complete match, grammar/cfg_lexer.py), every node below an accepting state, alive or not.
+   any complete match, grammar/cfg/lexer.py), every node below an accepting state, alive or not.
    A node reached in a loop state (loop l: loop_find(loop_slots, state), see loop_table) whose
    descendants all read bytes of the loop's set (pures[l][node], see grammar/token_index.py) and
    at most loop_limits[l] of them (below[node]) has its whole subtree allowed without a walk: a

@@ -1,4 +1,4 @@
-"""String `format`s as anchored ECMA patterns (translated like any `pattern` by json_strings).
+"""String `format`s as anchored ECMA patterns (translated like any `pattern` by json.strings).
 
 Each pattern accepts a subset of what the format's RFC allows, never more:
 

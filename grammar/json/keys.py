@@ -4,12 +4,12 @@ and as a byte DFA built directly for the grammar path.
 
 The language (both forms): either the key leaves the trie of names at some character (then
 anything follows), or it stops at a trie node that is not a name. A name character is matched
-in its own spellings only (json_strings: printable ASCII raw, others raw or escaped), so escapes
+in its own spellings only (json.strings: printable ASCII raw, others raw or escaped), so escapes
 can't smuggle a declared name in; a character that is in no name is matched in the spellings of
 the set of all such characters.
 
-The grammar path writes the key as a placeholder atom (regex_tree.sub_placeholder) that
-cfg_lexer turns into key_dfa's DFA: states are the trie's nodes, one shared "left the trie" loop
+The grammar path writes the key as a placeholder atom (regex.tree.sub_placeholder) that
+cfg.lexer turns into key_dfa's DFA: states are the trie's nodes, one shared "left the trie" loop
 (a JSON string's characters, then the quote), and the states inside one multi-byte spelling
 (an escape, a UTF-8 sequence) read by a small tagged recognizer shared by every key set of the
 same non-plain name characters. Written as a regex, the same key cost a fifth of a median
@@ -93,7 +93,7 @@ def _prefixed(head: str, rest: str | None) -> str | None:
 
 
 def key_placeholder(names: tuple[str, ...]) -> str:
-    """The key as a regex_tree atom for the grammar path (cfg_lexer builds key_dfa for it);
+    """The key as a regex.tree atom for the grammar path (cfg.lexer builds key_dfa for it);
     ANY_KEY itself where no name is excluded. Its size is about its DFA's states (the trie's
     nodes and ~60 for escapes and the rest of the string); its byte sizes those of key_regex's
     tree: 2 bytes at least (`""`, 3 where the empty name is excluded), and as an optional part a
@@ -124,7 +124,7 @@ def expand_keys(regex: str) -> str:
 def key_dfa(names: tuple[str, ...]) -> ByteDFA | None:
     """key_regex(names)'s language as a DFA built without determinizing (see the module
     docstring); None where the recognizer can't take the name characters (more than 30 that
-    are not plain; more escaped ones than json_strings spells one by one; a lone surrogate):
+    are not plain; more escaped ones than json.strings spells one by one; a lone surrogate):
     then the caller determinizes key_regex."""
     name_chars = {c for name in names for c in name}
     special = tuple(sorted(c for c in name_chars if c not in _PLAIN))

@@ -5,7 +5,7 @@ A pattern is parsed into a small AST (`parse_pattern`): ("set", intervals) | ("c
 `StringSpec` is the whole-string language: top-level alternatives with their anchors resolved
 (an unanchored side gets "any characters"), optionally intersected with a length range
 (`with_length`: exact where one part varies in length, else a sound bound on every part), and
-emitted with json_strings' encodings (`emit`).
+emitted with json.strings' encodings (`emit`).
 
 Character classes take the intersection of the ECMA meaning and Python `re`'s meaning (what
 `jsonschema` evaluates), so the result is sound under both: `\\d` is [0-9], `\\w` is

@@ -2,7 +2,7 @@
 
     regex, relaxed = schema_to_regex(schema, whitespace_pattern=None, lenient=False)
     info = compile_json_schema(schema, ...)      # .regex, .relaxed, .narrowed, .unique_items
-    rules = compile_json_schema_rules(schema, ...)  # the grammar path's form (json_schema_cfg)
+    rules = compile_json_schema_rules(schema, ...)  # the grammar path's form (json.schema_cfg)
 
 The regex matches one JSON text (no leading/trailing whitespace) and is written in the dialect that
 both Python `re` and the Rust `regex` crate (outlines-core) read: no lookaround, backreferences,
@@ -18,7 +18,7 @@ schemas raise RecursiveSchemaError and regexes past MAX_REGEX_CHARS / MAX_EXPAND
 RegexTooLargeError; compile_json_schema_rules compiles both for the grammar path, where every
 subschema whose regex is RULE_MIN_CHARS long or more becomes a rule. The keyword-by-keyword
 contract is docs/guided-decoding.md's; normalization ($ref, allOf, anyOf/oneOf) is in
-json_schema_norm, negation in json_schema_neg, enum evaluation in json_schema_eval.
+json.schema_norm, negation in json.schema_neg, enum evaluation in json.schema_eval.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ MAX_BRANCHES = 256
 UNIQUE_SEQUENCES_LIMIT = 2000
 # ~200k regex characters take outlines-core ~15 s to index over a 49k-token vocabulary
 MAX_REGEX_CHARS = 200_000
-# Bounded repetitions written out (regex_tree's node.size): ~0.2 ms of indexing each; checked on
+# Bounded repetitions written out (regex.tree's node.size): ~0.2 ms of indexing each; checked on
 # regexes longer than EXPANSION_CHECK_CHARS (shorter ones index in milliseconds).
 MAX_EXPANDED_SIZE = 40_000
 EXPANSION_CHECK_CHARS = 4_000
@@ -83,7 +83,7 @@ DEFAULT_WS_BREAK = r"(?:[ \t]?|\n[ \t]{0,24})"  # the deepest form
 DEFAULT_WS_INLINE = r"[ \t]?"
 
 _STRING_SCHEMA = {"type": "string"}
-_SCALAR_TYPES = {"string", "integer", "fraction", "boolean", "null"}  # json_schema_model.INSTANCE_TYPES
+_SCALAR_TYPES = {"string", "integer", "fraction", "boolean", "null"}  # json.schema_model.INSTANCE_TYPES
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _INTEGER = r"(?:0|-?[1-9][0-9]*)"
 _ANY_STRING = f'"{CHAR}*"'
@@ -95,7 +95,7 @@ class JsonSchemaRegex:
     regex: str
     relaxed: list[str]  # what is not enforced exactly ("keyword at /pointer (note)")
     narrowed: list[str]  # where the regex is stricter than the schema (lowered upper bounds)
-    unique_items: list[str] = field(default_factory=list)  # uniqueItems left to the matcher (json_unique)
+    unique_items: list[str] = field(default_factory=list)  # uniqueItems left to the matcher (json.unique)
 
 
 def schema_to_regex(schema: dict | bool | str, whitespace_pattern: str | None = None,
@@ -133,8 +133,8 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
 
 @dataclass
 class JsonSchemaRules:
-    """The grammar path's form (json_schema_cfg): regexes with rule placeholders in them
-    (regex_tree.placeholder), for the root and for each rule."""
+    """The grammar path's form (json.schema_cfg): regexes with rule placeholders in them
+    (regex.tree.placeholder), for the root and for each rule."""
     root: str
     rules: dict[str, str]
     relaxed: list[str]
@@ -235,7 +235,7 @@ class _Compiler(Normalizer):
         self.max_regex_chars = MAX_REGEX_CHARS if parent is None else parent.max_regex_chars
         self.rules = rules
         self.rules_mode = rules is not None
-        # pointers of the uniqueItems the matcher enforces (json_unique), shared with sub-compilers
+        # pointers of the uniqueItems the matcher enforces (json.unique), shared with sub-compilers
         self.unique_items: list[str] = [] if parent is None else parent.unique_items
         self.wsi = ws_inline
         self._wsb = ws_break  # None: the default, bounded by nesting depth
@@ -903,7 +903,7 @@ class _Compiler(Normalizer):
 
     def _other_key(self, names: tuple[str, ...]) -> str:
         """A key whose decoded value is none of names: on the grammar path the placeholder of the
-        DFA json_keys builds directly."""
+        DFA json.keys builds directly."""
         return key_placeholder(names) if self.rules_mode else key_regex(names)
 
     def _pattern_covers(self, n: MergedSchema, name: str, conj: list[Subschema]) -> bool:
@@ -1065,7 +1065,7 @@ class _Compiler(Normalizer):
 
     def _unique_in_matcher(self, n: MergedSchema) -> bool:
         """uniqueItems over scalar items that no regex can enumerate: the array is built without
-        it and the matcher refuses duplicates (json_unique); False either way."""
+        it and the matcher refuses duplicates (json.unique); False either way."""
         if n.items is None or not self._scalar_items(n.items):
             self.unsupported("uniqueItems", n.unique, "items may be objects or arrays: only scalar items "
                                                       "(strings, numbers, booleans, null) are kept unique")

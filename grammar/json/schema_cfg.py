@@ -2,14 +2,14 @@
 objects or arrays: trees, linked lists, nested comments) and exact JSON of any depth (unconstrained
 values, response_format json_object).
 
-json_schema compiles the schema as for the regex path, except that a position reached again inside
+json.schema compiles the schema as for the regex path, except that a position reached again inside
 itself becomes a rule, referred to by a placeholder (compile_json_schema_rules). Each regex is then
-cut at its placeholders (regex_tree): the rule-free stretches of a sequence become terminals, the
+cut at its placeholders (regex.tree): the rule-free stretches of a sequence become terminals, the
 structure around placeholders becomes plain BNF: each alternation, optional and repetition is a
 helper rule (inline, as in EBNF, k of them would make 2^k copies of the enclosing expansion),
 unbounded repetition left-recursive. A stretch that may match the empty string is written as its nonempty
 form, made optional (a terminal is never empty). The grammar's language is the regex path's language with every placeholder
-expanded, so the contract of json_schema (soundness, whitespace, key order) carries over.
+expanded, so the contract of json.schema (soundness, whitespace, key order) carries over.
 """
 from __future__ import annotations
 
@@ -25,18 +25,18 @@ from gdserve.grammar.regex.tree import (Alt, Atom, ByteSizes, Node, Repeat, Seq,
                                        nullable, parse, to_regex)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}  # response_format json_object: any JSON object
-TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex_tree's node.size) of one terminal, ~its DFA states
+TERMINAL_MAX_SIZE = 6_000  # expanded atoms (regex.tree's node.size) of one terminal, ~its DFA states
 SPLIT_REPEAT_MAX = 64       # a bigger bounded repetition stays one terminal (a rule chain per copy)
 
 
 @dataclass
 class JsonSchemaGrammar:
     rules: list[Rule]          # BNF, start rule `start`
-    terminals: dict[str, str]  # name -> regex (outlines-core's dialect, with json_keys placeholders)
+    terminals: dict[str, str]  # name -> regex (outlines-core's dialect, with json.keys placeholders)
     relaxed: list[str]
     narrowed: list[str]
     max_open_bytes: int  # the longest shortest text of an optional part (what one token may open)
-    unique_items: list[str]    # uniqueItems the matcher keeps (json_unique)
+    unique_items: list[str]    # uniqueItems the matcher keeps (json.unique)
 
     def spec(self) -> CfgSpec:
         """Exact: the terminals are cuts of one regex, so every split and every parse of a text
@@ -57,7 +57,7 @@ class JsonSchemaGrammar:
 
 def schema_to_grammar(schema: dict | bool | str, whitespace_pattern: str | None = None,
                       lenient: bool = False, *, open_objects: bool = False) -> JsonSchemaGrammar:
-    """The schema as BNF rules over regex terminals; GrammarError as json_schema raises."""
+    """The schema as BNF rules over regex terminals; GrammarError as json.schema raises."""
     compiled = compile_json_schema_rules(schema, whitespace_pattern, lenient, open_objects=open_objects)
     root, trees = parse(compiled.root), {name: parse(body) for name, body in compiled.rules.items()}
     writer = _BnfWriter()
@@ -131,7 +131,7 @@ class _BnfWriter:
         (a map of 64 string pairs: 10^6 DFA states) and splits (a sequence, an alternation, a
         repetition of at most SPLIT_REPEAT_MAX items), or it holds a long repetition (a string's
         maxLength), which starts a terminal of its own (with what closes it, _closed): one DFA
-        shared by every key whose value it is, built from its item's (cfg_lexer), where inside
+        shared by every key whose value it is, built from its item's (cfg.lexer), where inside
         each key's terminal it would be thousands of states per key."""
         if node.rules:
             return True

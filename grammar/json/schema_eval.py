@@ -1,4 +1,4 @@
-"""An exact, three-valued JSON Schema evaluator for single JSON values (json_schema uses it to
+"""An exact, three-valued JSON Schema evaluator for single JSON values (json.schema uses it to
 filter `enum`/`const` values through every sibling keyword, `not` and `oneOf` included).
 
     Evaluator(resolve).check(sub, value) -> True | False | None

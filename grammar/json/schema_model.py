@@ -1,5 +1,5 @@
-"""The schema model that json_schema_norm builds and json_schema, json_schema_neg and
-json_schema_eval read.
+"""The schema model that json.schema_norm builds and json.schema, json.schema_neg and
+json.schema_eval read.
 
 A schema position is a Conjunction: Subschemas (schema, JSON pointer, $refs on the path) that an
 instance must all satisfy. Normalizing one gives Alternatives (an anyOf/oneOf distributed over its
@@ -19,7 +19,7 @@ INSTANCE_TYPES = ("null", "boolean", "object", "array", "string", "integer", "fr
 TYPES_OF_NAME = {"null": {"null"}, "boolean": {"boolean"}, "object": {"object"}, "array": {"array"},
                  "string": {"string"}, "integer": {"integer"}, "number": {"integer", "fraction"}}
 
-# Private keywords of synthesized schemas (json_schema_neg), never in a user's schema:
+# Private keywords of synthesized schemas (json.schema_neg), never in a user's schema:
 FORBIDDEN_NAMES = "\x00forbid"  # [names]: an object has none of them
 EXCLUDED_VALUES = "\x00notIn"  # [values]: the instance equals none of them
 
@@ -83,7 +83,7 @@ class MergedSchema:
     multiple_of: list = field(default_factory=list)  # (Decimal step > 0, ptr)
     forbidden: set = field(default_factory=set)  # property names that must be absent
     # anyOf/oneOf branches of this object that differ only in required / absent declared names:
-    # (kind, ((required, forbidden), ...)), decided by the keys read (json_schema._interleaved)
+    # (kind, ((required, forbidden), ...)), decided by the keys read (json.schema._interleaved)
     presence: tuple | None = None
     excluded: list = field(default_factory=list)  # values the instance must not equal
     from_allof: bool = False

@@ -1,4 +1,4 @@
-"""Negation for json_schema_norm: `not S` (and the rewrites of oneOf, if/then/else and
+"""Negation for json.schema_norm: `not S` (and the rewrites of oneOf, if/then/else and
 dependencies that need it) as alternatives of positive schemas, exact or not at all.
 
     negate(sub, resolve, keep) -> [[Subschema, ...], ...] | None

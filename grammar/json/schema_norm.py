@@ -1,7 +1,7 @@
-"""JSON Schema normalization for json_schema: $ref resolution, allOf merging, anyOf/oneOf
+"""JSON Schema normalization for json.schema: $ref resolution, allOf merging, anyOf/oneOf
 distribution, keyword collection, and disjointness (JSON Schema semantics) for oneOf.
 
-A schema position is a conjunction of `Subschema`s (json_schema_model). `normalize` flattens $ref
+A schema position is a conjunction of `Subschema`s (json.schema_model). `normalize` flattens $ref
 and allOf, distributes the first anyOf/oneOf (`Alternatives`), or merges everything into one
 `MergedSchema` whose child positions are again conjunctions, normalized lazily (so recursion is
 found by the $ref cycle check on the path, not by walking the document).
@@ -75,9 +75,9 @@ def _to_count(v, kw: str, ptr: str) -> int:
 
 
 class Normalizer:
-    """Resolves, merges and reports; json_schema._Compiler builds regexes on top of it."""
+    """Resolves, merges and reports; json.schema._Compiler builds regexes on top of it."""
 
-    rules_mode = False  # json_schema_cfg's compiler: $ref cycles through containers become rules
+    rules_mode = False  # json.schema_cfg's compiler: $ref cycles through containers become rules
 
     def __init__(self, root, lenient: bool, parent: "Normalizer | None" = None):
         self.root = root
@@ -573,7 +573,7 @@ class Normalizer:
 
 
 def _merge_private(n: MergedSchema, sub: Subschema) -> None:
-    """The private keywords of synthesized schemas (json_schema_neg)."""
+    """The private keywords of synthesized schemas (json.schema_neg)."""
     s = sub.schema
     if FORBIDDEN_NAMES in s:
         n.forbidden |= set(s[FORBIDDEN_NAMES])

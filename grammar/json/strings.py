@@ -15,7 +15,7 @@ characters. So a JSON string matched by `encode_charset(S)` decodes to exactly o
 lengths count decoded characters, as JSON Schema does.
 
 The \\d, \\w, \\s tables here hold both the ECMA-262 meaning and Python `re`'s (what `jsonschema`
-evaluates); json_patterns uses them to translate `pattern`s soundly under both.
+evaluates); json.patterns uses them to translate `pattern`s soundly under both.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def string_literal(value: str) -> str:
 
 @dataclass
 class Limits:
-    """Repetition limits (see json_schema): upper bounds above `cap` are lowered to it (recorded in
+    """Repetition limits (see json.schema): upper bounds above `cap` are lowered to it (recorded in
     `narrowed`, naming the `keywords` the bound comes from), lower bounds above `max_min` are an
     error."""
 

@@ -1,8 +1,8 @@
 """uniqueItems over scalar items, kept by the matcher beside its automaton.
 
 No regex of reasonable size holds "no two items equal" over an unbounded item set (`set[str]`),
-so json_schema builds such arrays without it and the matcher keeps, per sequence, a Scan
-(json_unique_scan) of the text read: the unique arrays open and their items so far. A token is
+so json.schema builds such arrays without it and the matcher keeps, per sequence, a Scan
+(json.unique_scan) of the text read: the unique arrays open and their items so far. A token is
 allowed where the automaton allows it and
 - no item it completes equals an earlier item of its array (the token that would complete a
   duplicate is refused; one that continues a longer item is not), and
@@ -44,7 +44,7 @@ _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
 
 
 def with_unique_items(grammar: Grammar | CfgGrammar, schema: object, pointers: list[str]) -> "UniqueItemsGrammar":
-    """The grammar, wrapped to keep the uniqueItems at `pointers` (json_schema's unique_items)."""
+    """The grammar, wrapped to keep the uniqueItems at `pointers` (json.schema's unique_items)."""
     return UniqueItemsGrammar(grammar, unique_array_paths(schema, pointers))
 
 

@@ -1,4 +1,4 @@
-"""Where in an instance the arrays are whose uniqueItems the matcher keeps (json_unique).
+"""Where in an instance the arrays are whose uniqueItems the matcher keeps (json.unique).
 
 The regex or grammar of such an array admits duplicates; the matcher refuses them, so it must
 know, from the text read so far, whether the array it is in is one of them. It knows the path of
@@ -30,7 +30,7 @@ _ITEM_ONE = ("additionalItems", "unevaluatedItems", "contains")
 
 def unique_array_paths(schema: object, pointers: list[str]) -> frozenset[Path]:
     """The instance paths of the arrays whose uniqueItems keywords (their schema pointers, as
-    json_schema's unique_items lists them) the matcher keeps. GrammarError where such an array
+    json.schema's unique_items lists them) the matcher keeps. GrammarError where such an array
     sits inside a $ref cycle (its paths are unbounded) or where the walk cannot find it."""
     walk = _Walk(schema, frozenset(pointers))
     walk.visit(schema, "", (), frozenset())

@@ -8,7 +8,7 @@ repetition comes first.
 
 ByteDFA's conventions hold: states 0..dead, `dead` the last, absorbing and never accepting.
 concat and repeat keep the states reachable from the start; from_table (a table built by hand,
-as json_keys does) keeps every state. Nothing is minimized (no caller needs that).
+as json.keys does) keeps every state. Nothing is minimized (no caller needs that).
 """
 import numpy as np
 

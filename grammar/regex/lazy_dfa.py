@@ -1,4 +1,4 @@
-"""A regex's byte DFA determinized on demand: ByteDFA's interface over the states of byte_nfa's
+"""A regex's byte DFA determinized on demand: ByteDFA's interface over the states of regex.nfa's
 subset construction (grammar/csrc/byte_dfa.c) built as matchers reach them.
 
 A JSON schema's DFA has thousands of states, most of which no sequence visits; a token walk
@@ -119,7 +119,7 @@ class LazyByteDFA:
 
 
 def lazy_byte_dfa(pattern: str) -> LazyByteDFA | None:
-    """The lazy DFA of `pattern` (indexed_pattern's form), or None where byte_nfa does not read
+    """The lazy DFA of `pattern` (indexed_pattern's form), or None where regex.nfa does not read
     its syntax or the native kernels are off (the caller builds the whole DFA)."""
     if mask_library() is None:
         return None

@@ -1,10 +1,10 @@
-"""A regex as a byte-level NFA (Thompson's construction over regex_tree's parse), in flat arrays
+"""A regex as a byte-level NFA (Thompson's construction over regex.tree's parse), in flat arrays
 that grammar/csrc/byte_dfa.c determinizes in time proportional to the DFA's transitions.
 
 outlines-core determinizes a JSON schema's regex at tens of microseconds a state (and its tables
 are converted after); this construction is linear in the regex once its bounded repetitions are
 written out, and each of its DFA states costs microseconds in C. It reads the dialect that
-json_schema and choice lists write and the common part of user regexes: literal characters,
+json.schema and choice lists write and the common part of user regexes: literal characters,
 escapes (`\\n`, `\\xNN`, `\\x{N}`, `\\uNNNN`, `\\u{N}`, `\\UNNNNNNNN`, escaped punctuation), `.`,
 flat character classes (ranges, negation), groups, alternation and repetition, and a pattern
 ending in `\\z` (token_index.indexed_pattern's form: a full match, the plain language). Anything
@@ -23,7 +23,7 @@ from gdserve.grammar.regex.syntax import _class_end
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
-FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex_tree's size) or more are built once and copied
+FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex.tree's size) or more are built once and copied
 MAX_NFA_NODES = 4_000_000  # beyond this the regex is left to outlines-core (and its limits)
 _SIMPLE_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07}
 

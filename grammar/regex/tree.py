@@ -1,11 +1,11 @@
-"""Regexes as trees, for the regexes json_schema writes (outlines-core's dialect) with rule
-placeholders in them: parse, print back, and the two operations json_schema_cfg needs to cut a
+"""Regexes as trees, for the regexes json.schema writes (outlines-core's dialect) with rule
+placeholders in them: parse, print back, and the two operations json.schema_cfg needs to cut a
 regex into grammar terminals: `nullable` (matches the empty string) and `nonempty` (the same
 language without the empty string).
 
 A placeholder `RULE_OPEN name RULE_CLOSE` (two private-use characters, which the generated
 regexes never contain raw: they write non-ASCII as escapes) is an atom standing for a rule;
-`SUB_OPEN ... SUB_CLOSE` one for a sub-automaton its writer builds directly (json_keys), with
+`SUB_OPEN ... SUB_CLOSE` one for a sub-automaton its writer builds directly (json.keys), with
 its size and byte sizes written in.
 """
 from __future__ import annotations
@@ -161,7 +161,7 @@ def alternates_at_top(text: str) -> bool:
 
 def _structure(text: str) -> tuple[dict[int, int], bool]:
     """(each group's `(` index -> its `)` index, a `|` at depth 0), outside character classes
-    (nested as in Rust, a leading `]` literal: regex._class_end's reading) and escapes."""
+    (nested as in Rust, a leading `]` literal: regex.syntax._class_end's reading) and escapes."""
     ends, opens, depth, literal_at, top_bar = {}, [], 0, -1, False
     for m in _SYNTAX.finditer(text):
         c, i = m.group(), m.start()

@@ -1,7 +1,7 @@
 """Kind "grammar" (Lark EBNF, GBNF, builtin:NAME) on SmolLM2's vocabulary: random sentences of each
 built-in grammar are accepted token by token under several tokenizations and then allow EOS,
 mutants lark rejects are rejected, rollback restores exactly, masks agree with the slow oracle
-(grammar/cfg_oracle.py) and with accept_token, and compile errors name the problem."""
+(grammar/cfg/oracle.py) and with accept_token, and compile errors name the problem."""
 import pickle
 import random
 

@@ -1,4 +1,4 @@
-"""The LALR(1) tables of grammar/lalr.py: the same parser moves as lark's own LALR analyzer on the
+"""The LALR(1) tables of grammar/cfg/lalr.py: the same parser moves as lark's own LALR analyzer on the
 built-in grammars and on JSON Schema grammars (random walks compare the terminals each stack can
 take next), lark's conflict resolution (shift over reduce, rule priority, reduce/reduce refused),
 and grammars big or deep enough to break a recursive implementation."""

@@ -1,4 +1,4 @@
-"""cfg_lexer: a terminal's DFA built from a literal prefix chained before the DFA of the rest is
+"""cfg.lexer: a terminal's DFA built from a literal prefix chained before the DFA of the rest is
 the DFA of the whole regex."""
 import pytest
 

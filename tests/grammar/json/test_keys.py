@@ -1,4 +1,4 @@
-"""json_keys: the DFA built directly for "a key that is none of names" has key_regex's language,
+"""json.keys: the DFA built directly for "a key that is none of names" has key_regex's language,
 and the grammar path uses it through its placeholder."""
 import random
 

@@ -164,7 +164,7 @@ def test_multiples_match_exactly_the_multiples_in_range(step, lo, hi, integer, e
     for text in _number_texts():
         x = Decimal(text)
         want = ((x / step) == (x / step).to_integral_value() and (not integer or "." not in text)
-                and not (text.startswith("-") and x == 0)  # never "-0" (json_numbers: a sound subset)
+                and not (text.startswith("-") and x == 0)  # never "-0" (json.numbers: a sound subset)
                 and (lo_b is None or x > lo_b.value or (x == lo_b.value and not exclusive))
                 and (hi_b is None or x < hi_b.value or (x == hi_b.value and not exclusive)))
         assert bool(c.fullmatch(text)) == want, (text, step, lo, hi)

@@ -1366,7 +1366,7 @@ def test_unique_items():
     tuple_ok = {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False, "uniqueItems": True}
     assert schema_to_regex(tuple_ok)[1] == []
     strings = compile_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
-    assert strings.unique_items == [""] and strings.relaxed == []  # left to the matcher (json_unique)
+    assert strings.unique_items == [""] and strings.relaxed == []  # left to the matcher (json.unique)
     with pytest.raises(GrammarError, match="uniqueItems at /"):
         schema_to_regex({"type": "array", "items": {"type": "object"}, "uniqueItems": True})
     regex, relaxed = schema_to_regex({"type": "array", "items": {"type": "object"}, "uniqueItems": True}, lenient=True)

@@ -1,4 +1,4 @@
-"""Recursive JSON Schemas and json_object on the grammar path (json_schema_cfg), on SmolLM2's
+"""Recursive JSON Schemas and json_object on the grammar path (json.schema_cfg), on SmolLM2's
 vocabulary: sentences of the generated grammar are schema-valid and accepted token by token under
 several tokenizations; budgeted random walks end in valid instances; a mutant the matcher accepts is
 valid; a $ref cycle with no container in it raises; SmolLM2's generations validate."""
@@ -61,7 +61,7 @@ SCHEMAS = {
         "contributors": {"type": "array", "items": {"type": "object"}},
         "tree": {"$ref": "#/$defs/n"}},
         "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}},
-    # strings of bounded length: each bound a terminal of its own (cfg_lexer composes its DFA)
+    # strings of bounded length: each bound a terminal of its own (cfg.lexer composes its DFA)
     "long_strings": {"$defs": {"n": {"type": "object", "properties": {
         "name": {"type": "string", "minLength": 2, "maxLength": 40},
         "note": {"type": "string", "maxLength": 200},
@@ -157,7 +157,7 @@ def test_a_lexeme_ends_wherever_the_rest_parses(smollm2_tokenizer):
 
 
 def test_masks_without_the_native_walk_agree(smollm2_tokenizer, monkeypatch):
-    """cfg_masks' numpy walk (no C compiler) allows the same tokens, splits included."""
+    """cfg.masks' numpy walk (no C compiler) allows the same tokens, splits included."""
     text = json.dumps({"a": "x", "contributors": [{"k": 1, "l": [2.5]}], "tree": [[]]}, indent=2)
     ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
 
@@ -203,7 +203,7 @@ def test_json_object_is_any_object_at_any_depth(smollm2_tokenizer):
     deep = shallow
     for _ in range(6):
         deep = {"k": [deep, {}]}
-    # any depth; pretty-printed up to the whitespace's indent cap (json_schema.INDENT_MAX columns)
+    # any depth; pretty-printed up to the whitespace's indent cap (json.schema.INDENT_MAX columns)
     for text in (json.dumps(deep), json.dumps(shallow, indent=2), "{}", '{"a": {}}'):
         assert accepts_all(g, smollm2_tokenizer.encode(text, add_special_tokens=False)), text
     for text in ("[1]", "3", '"s"', '{"a": }', '{"a": 1,}'):

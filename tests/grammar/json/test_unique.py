@@ -1,4 +1,4 @@
-"""uniqueItems over scalar items, kept by the matcher (grammar/json_unique.py): the token that would
+"""uniqueItems over scalar items, kept by the matcher (grammar/json/unique.py): the token that would
 complete a duplicate is refused by the mask and by accept_token alike, a token that continues a
 longer item is not, rollback restores the items read, and an array that can take no other
 distinct item can still close."""

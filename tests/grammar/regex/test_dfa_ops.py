@@ -1,5 +1,5 @@
 """dfa_ops: concatenation and bounded repetition of byte DFAs are the DFA of the regex they spell,
-or None where the seam is not deterministic; cfg_lexer builds terminals that hold a long bounded
+or None where the seam is not deterministic; cfg.lexer builds terminals that hold a long bounded
 repetition this way."""
 from dataclasses import replace
 

@@ -1,4 +1,4 @@
-"""The regex path's DFA (byte_nfa's NFA determinized in C) has the language and the distances of
+"""The regex path's DFA (regex.nfa's NFA determinized in C) has the language and the distances of
 outlines-core's DFA for the same pattern: on hand-picked syntax, on the regexes of the example
 schemas and a sample of MaskBench's, and on syntax it leaves to outlines-core."""
 import json

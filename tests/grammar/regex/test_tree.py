@@ -1,4 +1,4 @@
-"""regex_tree: generated regexes round-trip through the tree; nullable and nonempty agree with re."""
+"""regex.tree: generated regexes round-trip through the tree; nullable and nonempty agree with re."""
 import itertools
 import re
 
