@@ -10,7 +10,7 @@ CompileService (gdserve.grammar.service) compiles off the caller's thread, bound
 "Grammar" names four things, told apart so: this package (every constraint compiler); the class
 Grammar (matcher.py), a constraint compiled to a regex and its token index (regex, choice, most
 JSON Schemas), whose name the engine also uses for any compiled constraint; the kind "grammar"
-(Lark or GBNF text, compiled to a CfgGrammar, cfg.py); and `gdserve bench grammar`, which
+(Lark or GBNF text, compiled to a CfgGrammar, cfg/grammar.py); and `gdserve bench grammar`, which
 benchmarks that kind (gdserve/bench/lark_grammars.py). The package, the kind and the exported
 class keep their names: outside harnesses use them (DESIGN.md, "The grammar contract").
 """

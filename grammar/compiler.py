@@ -20,17 +20,17 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from gdserve.grammar.cfg import STEER_MARGIN, CfgGrammar
-from gdserve.grammar.cfg_lexer import terminal_dfa
+from gdserve.grammar.cfg.grammar import STEER_MARGIN, CfgGrammar
+from gdserve.grammar.cfg.lexer import terminal_dfa
 from gdserve.grammar.errors import GrammarError, RecursiveSchemaError, RegexTooLargeError
-from gdserve.grammar.json_report import enforcement_report
-from gdserve.grammar.json_schema import compile_json_schema
-from gdserve.grammar.json_schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
-from gdserve.grammar.json_unique import UniqueItemsGrammar, with_unique_items
-from gdserve.grammar.lazy_dfa import lazy_byte_dfa
-from gdserve.grammar.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
+from gdserve.grammar.json.report import enforcement_report
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.json.schema_cfg import JSON_OBJECT_SCHEMA, schema_to_grammar
+from gdserve.grammar.json.unique import UniqueItemsGrammar, with_unique_items
+from gdserve.grammar.regex.lazy_dfa import lazy_byte_dfa
+from gdserve.grammar.cfg.lark_spec import CfgSpec, lark_to_spec, load_grammar_text
 from gdserve.grammar.matcher import Grammar
-from gdserve.grammar.regex import choice_regex, explain_index_error, prepare_regex
+from gdserve.grammar.regex.syntax import choice_regex, explain_index_error, prepare_regex
 from gdserve.grammar.token_index import (TokenIndex, build_byte_dfa, can_reach_final, indexed_pattern, start_state,
                                          token_trie)
 from gdserve.grammar.vocabulary import TokenVocabulary, token_vocabulary
@@ -47,10 +47,10 @@ def compile_grammar(kind: str, spec: object, tokenizer: "PreTrainedTokenizerBase
                     eos_token_ids: set[int] | None = None) -> Grammar | CfgGrammar | UniqueItemsGrammar:
     """Compile `spec` of `kind` ("json" | "regex" | "choice" | "grammar" | "json_object") for
     `tokenizer`. A recursive JSON Schema, one whose regex would be too large to index
-    (json_schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
-    path (json_schema_cfg); other JSON Schemas a regex.
+    (json.schema.MAX_REGEX_CHARS), and json_object (any JSON object, spec ignored) take the grammar
+    path (json.schema_cfg); other JSON Schemas a regex.
 
-    whitespace_pattern, lenient, open_objects: json and json_object (see json_schema.schema_to_regex;
+    whitespace_pattern, lenient, open_objects: json and json_object (see json.schema.schema_to_regex;
         open_objects: undeclared keys wherever JSON Schema admits them, else objects with declared
         properties and no additionalProperties are closed).
     vocab_size: the model's logits width (default len(tokenizer)); ids past the tokenizer are never
@@ -96,7 +96,7 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
 def spec_to_regex(kind: str, spec: object, whitespace_pattern: str | None, lenient: bool,
                   open_objects: bool = False) -> tuple[str, list[str], dict | None, list[str]]:
     """(regex, relaxed JSON-pointer keywords, the enforcement report of a JSON Schema, the
-    uniqueItems its matchers keep: json_unique)."""
+    uniqueItems its matchers keep: json.unique)."""
     if kind == "regex":
         return prepare_regex(spec), [], None, []
     if kind == "choice":
@@ -115,7 +115,7 @@ def _parsed(schema: object) -> object:
 def compile_cfg(cfg: CfgSpec, vocab: TokenVocabulary, vocab_size: int, kind: str = "grammar",
                 relaxed: list[str] | None = None, steer_margin: int = STEER_MARGIN,
                 report: dict | None = None) -> CfgGrammar:
-    """CfgSpec -> CfgGrammar (the LALR path, see grammar/cfg.py); its terminal DFAs and the
+    """CfgSpec -> CfgGrammar (the LALR path, see grammar/cfg/grammar.py); its terminal DFAs and the
     first mask and the shortest completion from the start (what steering to completion reads first)
     are built here, in the compile worker; every other mask when a matcher first needs it (a few percent of
     a big lexer's states are ever reached, hard to foresee)."""

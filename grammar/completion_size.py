@@ -1,6 +1,6 @@
 """How many tokens a constraint's shortest complete output takes, for refusing a max_tokens that
 cannot hold one (instead of generating output that max_tokens cuts)."""
-from gdserve.grammar.cfg import CfgGrammar
+from gdserve.grammar.cfg.grammar import CfgGrammar
 from gdserve.grammar.matcher import Grammar
 from gdserve.grammar.token_index import TokenTrie
 

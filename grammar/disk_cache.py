@@ -18,8 +18,8 @@ from pathlib import Path
 def compiler_fingerprint() -> str:
     digest = hashlib.sha256(importlib.metadata.version("outlines_core").encode())
     root = Path(__file__).parent
-    for path in sorted([*root.glob("*.py"), *root.glob("*.lark")]):
-        digest.update(path.name.encode() + path.read_bytes())
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark")]):
+        digest.update(path.relative_to(root).as_posix().encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

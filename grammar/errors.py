@@ -19,7 +19,7 @@ class GrammarError(ValueError):
 class RecursiveSchemaError(GrammarError):
     """A JSON Schema no regex can hold: its $refs form a cycle, or (open_objects) undeclared
     members of any depth sit among declared ones (compile_grammar then takes the grammar path,
-    json_schema_cfg, and its errors are the schema's)."""
+    json.schema_cfg, and its errors are the schema's)."""
 
 
 class RegexTooLargeError(GrammarError):

@@ -44,7 +44,7 @@ class Grammar:
     eos_token_ids: frozenset[int]
     regex: str | None = None        # what the index was built from (regex, choice, json)
     relaxed: list[str] = field(default_factory=list)  # schema keywords relaxed (json, lenient)
-    report: dict | None = None      # json: the enforcement report (grammar/json_report.py)
+    report: dict | None = None      # json: the enforcement report (grammar/json/report.py)
     _masks: dict[int, StateMask] = field(default_factory=dict, init=False, repr=False,
                                          compare=False)
     # (state, token) -> next state, keyed state * 2**32 + token: an int key, unlike a tuple, is no
@@ -239,7 +239,7 @@ class StateWalk:
         """Write the allowed next tokens into bitmask[row] (int32 [B, ceil(vocab_size / 32)]).
         budget: the tokens the sequence may still emit after this one; near it, only tokens that
         keep the constraint completable within it (the grammar's budget_row: exact for a regex,
-        checked token by token near the end for a context-free grammar, cfg_budget)."""
+        checked token by token near the end for a context-free grammar, cfg.budget)."""
         write_row(bitmask, row, self.next_token_row(budget), self.grammar.vocab_size)
 
     def next_token_row(self, budget: int | None = None) -> torch.Tensor:

@@ -3,13 +3,13 @@ state allows are found on demand by walking the trie through the DFA (see TokenI
 
 outlines-core's `Index(regex, vocabulary)` walks the whole vocabulary from every DFA state at
 compile time (~0.3-0.5 ms a state with a 49k vocabulary, thousands of states for a JSON schema).
-Here the DFA of the same language comes from byte_nfa's NFA determinized in C (whole, or on
-demand: grammar/lazy_dfa.py), or, for syntax byte_nfa does not read, from an outlines-core Index
+Here the DFA of the same language comes from regex.nfa's NFA determinized in C (whole, or on
+demand: grammar/regex/lazy_dfa.py), or, for syntax regex.nfa does not read, from an outlines-core Index
 over a vocabulary of the 256 single bytes, and a token is allowed in a state exactly when
 outlines-core would allow it: its bytes, read one by one from that state, never reach the dead
 state. A state's mask is then
 one depth-first walk of the token trie that skips a subtree at its first dead byte (C, in
-kernels/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
+grammar/csrc/token_trie.c; numpy where no compiler works or GDSERVE_NATIVE_GRAMMAR=0), done when a
 matcher first reaches the state.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ from itertools import chain
 import numpy as np
 from outlines_core import Index, Vocabulary
 
+from gdserve.grammar import native
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.byte_nfa import ByteNFA, Unsupported, build_nfa
+from gdserve.grammar.regex.nfa import ByteNFA, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
-from gdserve.kernels import native
 from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits
 
 BYTE_EOS = 256
@@ -46,8 +46,8 @@ BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 @cache
 def mask_library() -> ctypes.CDLL | None:
-    """The native kernels' library with walk_token_trie bound, or None for the numpy walk."""
-    lib = None if os.environ.get("GDSERVE_NATIVE_GRAMMAR", "1") == "0" else native.library()
+    """The grammar's native library with walk_token_trie bound, or None for the numpy walk."""
+    lib = native.library()
     if lib is not None:
         p, i32 = ctypes.c_void_p, ctypes.c_int32
         lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p,
@@ -91,10 +91,10 @@ class ByteDFA:
     final: np.ndarray     # bool [dead + 1]: accepting (EOS allowed)
     start: int            # outlines-core's start (an index reads START_TEXT first: start_state; a terminal begins after it)
     # Where its states from `offset` on are another DFA's (a key's terminal: its value's DFA after
-    # the key's bytes, which keys with values alike share; cfg_lexer): (that DFA, offset).
+    # the key's bytes, which keys with values alike share; cfg.lexer): (that DFA, offset).
     tail: tuple["ByteDFA", int] | None = None
 
-    complete = True  # every state is in the table (grammar/lazy_dfa.py's are built on demand)
+    complete = True  # every state is in the table (grammar/regex/lazy_dfa.py's are built on demand)
     generation = 0   # the table never changes (a lazy DFA's count the times it grew)
     moves = 0        # nor moves (a lazy DFA's count the times its arrays moved)
 
@@ -164,7 +164,7 @@ class ByteDFA:
 
 
 def build_byte_dfa(pattern: str) -> ByteDFA:
-    """The DFA of `pattern` (indexed_pattern's form: a full match) as a dense table: byte_nfa's
+    """The DFA of `pattern` (indexed_pattern's form: a full match) as a dense table: regex.nfa's
     NFA determinized in C where it reads the syntax and the native kernels load, else
     outlines-core's (which raises a ValueError for a bad regex). Both give the same language."""
     lib = mask_library()
@@ -177,7 +177,7 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
 
 
 def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
-    """Every state of the NFA's subset construction (kernels/csrc/byte_dfa.c), the dead state
+    """Every state of the NFA's subset construction (grammar/csrc/byte_dfa.c), the dead state
     moved last; None where it passes MAX_DFA_STATES."""
     handle = new_builder(lib, nfa)
     if not handle:
@@ -669,7 +669,7 @@ class TokenIndex:
     def subtrees_walk(self, lib: ctypes.CDLL, state: int, roots: np.ndarray, vocab_size: int,
                       accept: np.ndarray, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """crossings_walk over the subtrees of `roots` only, each root's byte read from `state`
-        (crossings below the roots); native only (cfg_masks has the numpy walk)."""
+        (crossings below the roots); native only (cfg.masks has the numpy walk)."""
         accept = np.ascontiguousarray(accept, dtype=np.int32)
         roots = np.ascontiguousarray(roots, dtype=np.int32)
         words = empty_words(vocab_size)

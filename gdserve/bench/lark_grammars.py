@@ -6,7 +6,7 @@ grammar parser once, then the median of --repeats fresh compiles; a CompileServi
 per-token mask fill over --instances random sentences of the grammar (tokenized canonically; each
 backend compiles fresh, so the first sentence pays for cold caches), every token checked against
 the mask and accepted, then EOS; and --oracle-steps random steps whose masks are checked on sampled
-tokens against the slow oracle (grammar/cfg_oracle.py: lark's interactive parser + `regex`).
+tokens against the slow oracle (grammar/cfg/oracle.py: lark's interactive parser + `regex`).
 """
 import argparse
 import json
@@ -115,9 +115,9 @@ def bench_peer(name: str, lark_text: str, tokenizer, vocab_size, sequences, eos,
 
 def bench_one(name: str, tokenizer, vocab_size: int, args) -> dict:
     from gdserve.grammar import compile_grammar
-    from gdserve.grammar.cfg_oracle import LarkOracle, oracle_walk
-    from gdserve.grammar.cfg_sample import SentenceSampler
-    from gdserve.grammar.lark_spec import load_grammar_text
+    from gdserve.grammar.cfg.oracle import LarkOracle, oracle_walk
+    from gdserve.grammar.cfg.sample import SentenceSampler
+    from gdserve.grammar.cfg.lark_spec import load_grammar_text
     spec = f"builtin:{name}"
     text = load_grammar_text(spec)
     rng = random.Random(args.seed)
@@ -186,7 +186,7 @@ def add_lark_bench_parser(sub) -> None:
                                        "oracle check, beside llguidance and xgrammar")
     p.add_argument("--model", default=DEFAULT_MODEL, help="whose tokenizer to use")
     p.add_argument("--grammars", default="json,sql_select",
-                   help="comma-separated built-in grammars (grammar/*.lark)")
+                   help="comma-separated built-in grammars (grammar/cfg/*.lark)")
     p.add_argument("--instances", type=int, default=30, help="random sentences per grammar")
     p.add_argument("--repeats", type=int, default=5, help="fresh compiles timed per grammar")
     p.add_argument("--oracle-steps", type=int, default=1000, help="0 to skip the oracle check")

@@ -146,8 +146,8 @@ def test_missing_corpus_is_a_clear_error(tmp_path, capsys):
 
 def test_gdserve_on_maskbench_dev(smollm2_dir):
     corpus = require_corpus(CONFORMANCE / "maskbench-dev")
-    if importlib.util.find_spec("gdserve.grammar.json_schema") is None:
-        pytest.skip("gdserve.grammar.json_schema is not there yet")
+    if importlib.util.find_spec("gdserve.grammar.json.schema") is None:
+        pytest.skip("gdserve.grammar.json.schema is not there yet")
     from gdserve.models import load_tokenizer
     tokenizer = load_tokenizer(smollm2_dir)
     cases = load_maskbench(corpus, limit=5)

@@ -174,7 +174,7 @@ def test_loop_subtrees_taken_whole_agree_with_the_full_walk(smollm2_tokenizer, m
 def test_pickled_index_walks_its_own_arrays(smollm2_tokenizer, monkeypatch):
     """A grammar compiled in a worker arrives pickled: the C walks' pointers cached there must not
     travel (the server crashed on them); the copy's masks equal the original's."""
-    monkeypatch.setenv("GDSERVE_LAZY_DFA", "0")  # every state of the whole DFA (test_lazy_dfa pickles a lazy one)
+    monkeypatch.setenv("GDSERVE_LAZY_DFA", "0")  # the whole DFA (regex/test_lazy_dfa.py pickles a lazy one)
     grammar = compile_grammar("regex", r"\"[a-z ]{0,30}\"(,[0-9]+)?", smollm2_tokenizer)
     states = list(range(grammar.index.dfa.dead))
     expected = [grammar.index.allowed_words(s, grammar.vocab_size)[0] for s in states]

@@ -6,7 +6,7 @@ import urllib.request
 
 import lark
 
-from gdserve.grammar.lark_spec import load_grammar_text
+from gdserve.grammar.cfg.lark_spec import load_grammar_text
 
 
 def chat(server, **extra) -> tuple[int, dict]:

@@ -1,0 +1,114 @@
+"""The regex path's DFA (regex.nfa's NFA determinized in C) has the language and the distances of
+outlines-core's DFA for the same pattern: on hand-picked syntax, on the regexes of the example
+schemas and a sample of MaskBench's, and on syntax it leaves to outlines-core."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gdserve.grammar.regex.nfa import Unsupported, build_nfa, utf8_sequences
+from gdserve.grammar.errors import GrammarError
+from gdserve.grammar.json.schema import compile_json_schema
+from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, mask_library, outlines_byte_dfa
+
+from tests.grammar.dfa_check import equivalent
+from tests.grammar.json.test_schema import MASKBENCH
+
+SCHEMAS = Path(__file__).parents[3] / "schemas"
+REGEXES = [r"a|ab", r"(a?)*b{2,4}", r"x{2,}y|x{0}", r"", r"(|a)(b|)", r".", r"[^\"\\\x00-\x1f]{0,5}",
+           r"é[^a]{2,5}x", r"[\u4e00-\u9fff]+", r"\x{1F600}|\u00e9|\U0001F601", r"[-a-c\]\^]+",
+           r"[^\x00-\x7f]", r"(ab|cd){0,3}e*", r"\{\n?[ ]{0,4}\"a\":[ ]?(true|false|null)\}",
+           r"\.\*\+\?\(\)\[\]\{\}\|\$\^\/", r"[\t\n\r\f\v\a]", r"((a|b){2}c?)+", r"[^\x{10000}-\x{10FFFF}]"]
+FALLBACK = [r"\d+", r"(?i:ab)", r"[[:alpha:]]+", r"[a-z&&[^aeiou]]", r"\p{L}", r"\w\s"]
+
+
+def same_dfa(regex: str) -> None:
+    pattern = indexed_pattern(regex)
+    ours, theirs = build_byte_dfa(pattern), outlines_byte_dfa(pattern)
+    assert equivalent(ours, theirs), regex
+    assert same_distances(ours, theirs), regex
+
+
+def same_distances(a, b) -> bool:
+    """Every reachable pair of states (a's, b's after the same bytes) has one distance."""
+    joint = sorted(set(zip(a.classes.tolist(), b.classes.tolist())))
+    seen, todo = {(a.start, b.start)}, [(a.start, b.start)]
+    while todo:
+        x, y = todo.pop()
+        if a.distance[x] != b.distance[y]:
+            return False
+        for ca, cb in joint:
+            pair = (int(a.trans[x, ca]), int(b.trans[y, cb]))
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+@pytest.fixture(autouse=True, scope="module")
+def native():
+    if mask_library() is None:
+        pytest.skip("no native kernels: the regex path keeps outlines-core's DFA")
+
+
+@pytest.mark.parametrize("regex", REGEXES)
+def test_dialect_matches_outlines(regex):
+    build_nfa(indexed_pattern(regex))  # read, not left to outlines-core
+    same_dfa(regex)
+
+
+@pytest.mark.parametrize("regex", FALLBACK)
+def test_other_syntax_falls_back_to_outlines(regex):
+    with pytest.raises(Unsupported):
+        build_nfa(indexed_pattern(regex))
+    same_dfa(regex)
+
+
+def test_invalid_regex_still_raises():
+    with pytest.raises(ValueError):
+        build_byte_dfa(indexed_pattern("a{2,1}"))
+    with pytest.raises(ValueError):
+        build_byte_dfa(indexed_pattern("(ab"))
+
+
+def test_utf8_sequences_cover_each_scalar_once():
+    ranges = [(0, 0x10FFFF)]
+    seqs = utf8_sequences(ranges)
+    for cp in [0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF]:
+        data = chr(cp).encode()
+        hits = [s for s in seqs if len(s) == len(data) and all(lo <= b <= hi for b, (lo, hi) in zip(data, s))]
+        assert len(hits) == 1, hex(cp)
+    surrogate = "\ud800".encode("utf-8", "surrogatepass")
+    assert not any(len(s) == 3 and all(lo <= b <= hi for b, (lo, hi) in zip(surrogate, s)) for s in seqs)
+
+
+def schema_regexes() -> list[tuple[str, str]]:
+    files = sorted(SCHEMAS.glob("*.json"))
+    out = [(f.name, json.loads(f.read_text())) for f in files]
+    if MASKBENCH.is_dir():
+        out += [(f.name, json.loads(f.read_text())["schema"]) for f in sorted(MASKBENCH.glob("*.json"))[::60]]
+    regexes = []
+    for name, schema in out:
+        try:
+            regex = compile_json_schema(schema, None, False).regex
+        except GrammarError:
+            continue  # the grammar path's (recursive or too large)
+        if len(regex) <= 8_000:  # outlines-core's side of the comparison takes seconds beyond
+            regexes.append((name, regex))
+    return regexes
+
+
+def test_schema_regexes_match_outlines():
+    regexes = schema_regexes()
+    assert len(regexes) >= 30
+    for name, regex in regexes:
+        build_nfa(indexed_pattern(regex))
+        same_dfa(regex)
+
+
+def test_distances_are_exact_on_every_state():
+    regex = r"\{\"a\":(-?[0-9]{1,3}|\"[^\"]{2,4}\")(,\"b\":(true|false))?\}"
+    ours = build_byte_dfa(indexed_pattern(regex))
+    fresh = type(ours)(ours.classes, ours.trans, ours.final, ours.start)  # distances by the table's sweep
+    assert np.array_equal(ours.distance, fresh.distance)
