@@ -8,8 +8,8 @@ allowed where the automaton allows it and
   duplicate is refused; one that continues a longer item is not), and
 - an item it leaves open (or owes, after a `,`) can still complete as a new value (within the
   budget, when one is given): a depth-first search over the automaton's bytes from the state
-  after the token, bounded by MAX_SEARCH_STEPS (past it the token is refused: a narrowing, never
-  a relaxation).
+  after the token, bounded by MAX_SEARCH_STEPS bytes taken and MAX_SEARCH_TRIES bytes tried (past
+  either the token is refused: a narrowing, never a relaxation).
 So every allowed token keeps the sequence completable and the closing guarantee carries over:
 an array that can take no other distinct item can still close.
 
@@ -20,6 +20,7 @@ arrays, the few that open one and complete two items.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +35,8 @@ from gdserve.grammar.matcher import Grammar, write_row
 from gdserve.grammar.token_index import TokenTrie
 from gdserve.kernels.bitmask import clear_bits, unpack_words
 
-MAX_SEARCH_STEPS = 4096   # bytes one viability search tries before refusing the token
+MAX_SEARCH_STEPS = 4096   # bytes the automaton takes in one viability search before it refuses the token
+MAX_SEARCH_TRIES = 16 * MAX_SEARCH_STEPS  # bytes tried, taken or not (most are not: a few fit a state)
 # Bytes in the order the search tries them: what closes an item first, then what spells one,
 # zero after the other digits (trailing zeros of a fraction or leading zeros of an exponent spell
 # the same number again, without end).
@@ -216,16 +218,22 @@ class UniqueItemsMatcher:
     def _search(self, start: Scan, state, budget: int | None) -> bool:
         """Whether the item open or owed can complete as a value its array does not hold yet,
         the whole text within `budget` bytes: a depth-first search over the automaton's bytes,
-        the bytes that end items tried first, at most MAX_SEARCH_STEPS bytes tried."""
-        stack, steps = [(state, start, 0, 0)], 0  # (automaton state, scan, bytes used, next byte)
+        the bytes that end items tried first (_byte_order), within MAX_SEARCH_STEPS bytes taken and
+        MAX_SEARCH_TRIES tried."""
+        stack, steps, tries = [(state, start, 0, 0)], 0, 0  # (automaton state, scan, bytes used, next byte)
+        orders: dict[Scan, tuple[int, ...]] = {}
         while stack:
             st, sc, used, i = stack.pop()
+            order = orders.get(sc) or orders.setdefault(sc, self._byte_order(sc))
             for i in range(i, 256):
-                steps += 1
+                tries += 1
+                if tries > MAX_SEARCH_TRIES:
+                    return False
+                b = order[i]
+                nxt = self.walk.step(st, bytes((b,)))
+                steps += nxt is not None
                 if steps > MAX_SEARCH_STEPS:
                     return False
-                b = _SEARCH_ORDER[i]
-                nxt = self.walk.step(st, bytes((b,)))
                 after = None if nxt is None else self.scanner.byte(sc, b)
                 if after is None or (budget is not None and used + 1 + self.walk.distance(nxt) > budget):
                     continue
@@ -234,6 +242,21 @@ class UniqueItemsMatcher:
                 stack += [(st, sc, used, i + 1), (nxt, after, used + 1, 0)]
                 break
         return False
+
+    def _byte_order(self, scan: Scan) -> tuple[int, ...]:
+        """_SEARCH_ORDER, but inside a string item the bytes that go on spelling an earlier item
+        come last: any other byte the automaton takes leaves every earlier item behind, which
+        settles the search at once (tried first, an enum's earlier value would be explored to
+        its end, byte by byte, before any other value)."""
+        chars = decoded_prefix(scan.text) if scan.in_string and scan.in_unique_item else None
+        if chars is None:
+            return _SEARCH_ORDER
+        follow = {json.dumps(value[len(chars)], ensure_ascii=False)[1:-1].encode()[0]
+                  for kind, value in scan.seen
+                  if kind == "string" and len(value) > len(chars) and value.startswith(chars)}
+        if not follow:
+            return _SEARCH_ORDER
+        return tuple(b for b in _SEARCH_ORDER if b not in follow) + tuple(b for b in _SEARCH_ORDER if b in follow)
 
     def _settled(self, start: Scan, scan: Scan) -> bool:
         """Whether the item owed at `start` is done in `scan` as a new value, or can only end as

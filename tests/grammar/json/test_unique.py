@@ -2,6 +2,8 @@
 complete a duplicate is refused by the mask and by accept_token alike, a token that continues a
 longer item is not, rollback restores the items read, and an array that can take no other
 distinct item can still close."""
+import itertools
+import json
 import pickle
 
 import pytest
@@ -132,3 +134,24 @@ def test_unique_items_over_objects_refused_or_relaxed(smollm2_tokenizer):
         compile_grammar("json", schema, smollm2_tokenizer)
     grammar = compile_grammar("json", schema, smollm2_tokenizer, lenient=True)
     assert any(r.startswith("uniqueItems at /") for r in grammar.relaxed)
+
+
+@pytest.mark.parametrize("enum", [
+    ["credential_request", "payment_request", "unexpected_attachment", "mismatched_link_text",
+     "generic_greeting", "reply_to_mismatch", "url_shortener"],
+    ["credential_request_for_the_admin_console_v1", "credential_request_for_the_admin_console_v2", "other"],
+], ids=["distinct-starts", "long-shared-prefix"])
+def test_every_pair_of_enum_values_is_accepted_in_either_order(smollm2_tokenizer, enum):
+    """A search for a new item after `,` tries first the bytes that leave the earlier items: an
+    earlier value's own spelling, however long, is not explored before the others."""
+    grammar = compile_grammar("json", {"type": "array", "uniqueItems": True, "items": {"enum": enum}},
+                              smollm2_tokenizer)
+    for pair in itertools.permutations(enum, 2):
+        for text in (json.dumps(list(pair)), json.dumps(list(pair), separators=(",", ":"))):
+            matcher = grammar.matcher()
+            ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+            assert all(matcher.accept_token(t) for t in ids), text
+            assert matcher.accept_token(smollm2_tokenizer.eos_token_id), text
+        duplicate = json.dumps([pair[0], pair[0]])
+        matcher = grammar.matcher()
+        assert not all(matcher.accept_token(t) for t in smollm2_tokenizer.encode(duplicate, add_special_tokens=False))
