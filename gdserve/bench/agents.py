@@ -6,7 +6,9 @@ guided tokens/s (the same requests again, every grammar compiled) and unguided t
 prompts, each request's max_tokens set to what its cold guided run produced, ignore_eos: the same
 tokens without the masks); each schema's compile latency alone, from a compile service with an
 empty cache, submit to first mask; which schemas were refused and why; how many outputs parse and
-validate, how many max_tokens cut and of those how many inside a JSON string.
+validate, how many max_tokens cut and of those how many inside a JSON string; and, for each run,
+the share of a step's time spent on the host on guided rows (accepting tokens, termination
+checks, filling masks), mean and p99 over its steps, so that the next bottleneck shows.
 
 Before the clock the engine runs one unguided request and one `choice` request (none of the
 schemas): that starts the compile workers and compiles the mask kernel, one-off costs of a
@@ -21,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from gdserve.bench.offline import warm_llm
 from gdserve.bench.results import percentiles, rate, run_header, write_result
@@ -110,6 +114,7 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     with its error while the others run."""
     grammars = grammars or [None] * len(prompts)
     engine.kv_cache.reset_prefix_cache()  # each run prefills its prompts
+    engine.guided.step_times.clear()
     start = time.perf_counter()
     finished: dict[str, RequestOutput] = {}
     ids = [_add_request(engine, p, sp, g, finished) for p, sp, g in zip(prompts, params, grammars)]
@@ -127,7 +132,18 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     progress.close()
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
-    return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
+    result = rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
+    return {**result, "mask_share": mask_share(engine.guided.step_times)}, outputs
+
+
+def mask_share(step_times) -> dict:
+    """Of each step with guided rows, the share of its time spent on them on the host (accepting
+    tokens, termination checks, filling masks): the mean and the p99 over the run's steps."""
+    shares = [mask_s / step_s for step_s, mask_s in step_times if step_s > 0]
+    if not shares:
+        return {"steps": 0, "mean": None, "p99": None}
+    return {"steps": len(shares), "mean": round(float(np.mean(shares)), 4),
+            "p99": round(float(np.percentile(shares, 99)), 4)}
 
 
 def _add_request(engine, prompt: list[int], params: SamplingParams, grammar,
@@ -331,12 +347,15 @@ def format_table(r: dict) -> str:
     s, o, c, ratios = r["schemas"], r["outputs"], r["compile_ms"], r["ratios"]
     lines = [f"agents: {s['requested']} requests, each its own schema: {s['accepted']} accepted, "
              f"{s['refused']} refused; max_tokens {r['max_tokens']}, temperature {r['temperature']}",
-             f"{'':>10} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'vs unguided':>12} {'target':>8}"]
+             f"{'':>10} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'vs unguided':>12} {'target':>8}"
+             f" {'on masks, mean / p99 of a step':>31}"]
     for name, ratio, target in (("unguided", None, None), ("cold", ratios["cold_vs_unguided"], "cold_vs_unguided"),
                                 ("warm", ratios["warm_vs_unguided"], "warm_vs_unguided")):
         run = r[name]
+        share = run.get("mask_share") or {}
+        masks = f"{share['mean']:.1%} / {share['p99']:.1%}" if share.get("mean") is not None else "-"
         lines.append(f"{name:>10} {run['output_tokens']:>8} {run['seconds']:>8.1f} {run['tokens_per_s']:>9.1f} "
-                     f"{_x(ratio):>12} {_x(TARGETS[target], '>= ') if target else '':>8}")
+                     f"{_x(ratio):>12} {_x(TARGETS[target], '>= ') if target else '':>8} {masks:>31}")
     lines.append(f"compile, one schema at a time, submit to first mask (ms): p50 {_ms(c['p50'])} "
                  f"(target <= {TARGETS['compile_p50_ms']:g}), p90 {_ms(c['p90'])}, p99 {_ms(c['p99'])} "
                  f"(target <= {TARGETS['compile_p99_ms']:g}), max {_ms(c['max'])}; {c['refused']} refused")

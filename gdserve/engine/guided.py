@@ -5,6 +5,8 @@ A step spends about STEP_ALLOWANCE_S on matchers' new work (rows of states not s
 completion searches: grammar/allowance.py), and one unit of it per row beyond that. A sequence
 whose row is not ready by then is parked: it skips this step's sample and retries in the next
 with its finished work cached; the batch goes on without it."""
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -22,6 +24,7 @@ from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import StructuredOutputsParams
 
 STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work; about one decode step on a GPU
+MAX_STEP_TIMES = 1 << 16  # steps whose guided host time an engine keeps (the newest)
 
 
 def _budget(seq: Sequence) -> int:
@@ -93,6 +96,10 @@ class GuidedDecoder:
         self._indices = torch.empty(1, dtype=torch.int64)
         self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
+        self._step_mask_s = 0.0
+        # (step seconds, of which host seconds on guided rows: accepts, termination checks, masks),
+        # for each step that had guided rows: what the benches report as the share spent on masks.
+        self.step_times: deque[tuple[float, float]] = deque(maxlen=MAX_STEP_TIMES)
 
     @property
     def service(self) -> CompileService:
@@ -117,16 +124,33 @@ class GuidedDecoder:
     def begin_step(self) -> None:
         """Start the step's allowance for new mask work (is_terminated and apply_bitmask)."""
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
+        self._step_mask_s = 0.0
+
+    def end_step(self, step_s: float) -> None:
+        """Record the step's guided host time beside its length, where it had any."""
+        if self._step_mask_s:
+            self.step_times.append((step_s, self._step_mask_s))
+        self._step_mask_s = 0.0
+
+    def accept_token(self, seq: Sequence, token_id: int) -> bool:
+        """Advance seq's matcher by its sampled token; False if the grammar refuses it."""
+        start = time.perf_counter()
+        accepted = seq.matcher.accept_token(token_id)
+        self._step_mask_s += time.perf_counter() - start
+        return accepted
 
     def is_terminated(self, seq: Sequence) -> bool:
         """Whether seq's constraint is complete with only EOS to follow; False while that is not
         known within the step's allowance (its next row then holds only EOS)."""
+        start = time.perf_counter()
         self._allowance.next_row()
         with allowing(self._allowance):
             try:
                 return seq.matcher.is_terminated()
             except MaskPending:
                 return False
+            finally:
+                self._step_mask_s += time.perf_counter() - start
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
                       guard: Callable[[Sequence], AbstractContextManager]) -> list[Sequence]:
@@ -136,9 +160,12 @@ class GuidedDecoder:
         rows go over in one pinned copy. A matcher's exception goes through guard(seq), which
         contains it: a row whose matcher raised is left unmasked (its sequence has been
         finished, so its token is dropped)."""
+        start = time.perf_counter()
         rows, words, parked = _next_rows(seqs, guard, self._allowance)
         if rows:
             self._mask(logits, rows, words)
+        if rows or parked:
+            self._step_mask_s += time.perf_counter() - start
         return parked
 
     def _mask(self, logits: torch.Tensor, rows: list[int], words: list[torch.Tensor]) -> None:

@@ -10,6 +10,7 @@ import itertools
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
@@ -327,6 +328,7 @@ class LLMEngine:
         read them there) and reach the host during the next step, while the device runs its
         forward: the step returns the outputs of the one before it. A sequence that turns out to
         have finished has had one more row computed, whose token is dropped."""
+        start = time.perf_counter()
         self._admit_compiled()
         batch = self.scheduler.schedule()
         # A failed step also fails the sequences it swapped out: their blocks may not have been copied.
@@ -338,6 +340,7 @@ class LLMEngine:
             self._fail_step(in_flight, e)
             if isinstance(e, EngineDeadError):
                 raise
+        self.guided.end_step(time.perf_counter() - start)
         return outputs + self._take_failed()
 
     def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput], lora_slots: list[int] | None) -> None:
@@ -438,7 +441,7 @@ class LLMEngine:
     def _check_finished(self, seq: Sequence, token_id: int) -> None:
         """seq has just gained token_id: advance its matcher and detokenizer, finish it if due."""
         params = seq.params
-        if seq.matcher is not None and not seq.matcher.accept_token(token_id):
+        if seq.matcher is not None and not self.guided.accept_token(seq, token_id):
             self._fail(seq.request_id, f"token {token_id} was sampled outside the grammar's mask")
             return
         if token_id in self.eos_token_ids and (not params.ignore_eos or seq.matcher is not None):
