@@ -36,7 +36,7 @@ from gdserve.outputs import CompletionOutput, RequestOutput
 from gdserve.sampling_params import StructuredOutputsParams, SamplingParams
 from gdserve.schemas import SCHEMA_DIR
 
-TARGETS = {"cold_vs_unguided": 0.8, "warm_vs_unguided": 0.95, "compile_p50_ms": 5.0, "compile_p99_ms": 200.0}
+TARGETS = {"cold_vs_unguided": 0.9, "warm_vs_unguided": 0.98, "compile_p50_ms": 1.0, "compile_p99_ms": 20.0}
 COMPILE_QUANTILES = (50, 90, 99)
 DEFAULT_MAX_TOKENS = 384
 DEFAULT_TEMPERATURE = 1.0
