@@ -38,6 +38,7 @@ STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that c
 STEER_MARGIN = 16    # bytes (the closing window of a grammar with nothing optional)
 MAX_CACHED_NEXT_COMPLETIONS = 64  # states whose tokens' completions a grammar keeps
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
+MAX_CACHED_STEPS = 1 << 16  # (state, token) -> next state entries a grammar keeps
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,20 @@ class CfgGrammar:
         if len(out) > MAX_CONFIGS:  # cut between tokens only: a mask is always its state's
             out = sorted(out, key=_config_order)[:MAX_CONFIGS]
         return frozenset(out) or None
+
+    @cached_property
+    def _steps(self) -> BoundedCache[tuple[CfgStates, int], CfgStates | None]:
+        return BoundedCache(MAX_CACHED_STEPS)
+
+    def next_state(self, state: CfgStates, token_id: int) -> CfgStates | None:
+        """The state after a real token (not EOS), None if not allowed: advance over its bytes,
+        cached per (state, token), so the sequences of a grammar that meet a state again take
+        each token of it in a lookup (and share the next state's object, its hash computed once)."""
+        key = (state, token_id)
+        if key in self._steps:
+            return self._steps[key]
+        data = self.token_data(token_id)
+        return self._steps.put(key, None if data is None else self.advance(state, data))
 
     def accepts_eos(self, states: CfgStates) -> bool:
         return any(self._accepts_eos(c) for c in states)
@@ -399,8 +414,7 @@ class CfgMatcher(StateWalk):
         if token_id in self.grammar.eos_token_ids:
             nxt = TERMINATED if self.grammar.accepts_eos(state) else None
         else:
-            data = self.grammar.token_data(token_id)
-            nxt = None if data is None else self.grammar.advance(state, data)
+            nxt = self.grammar.next_state(state, token_id)
         if nxt is None:
             return False
         self._carry_completion(state, nxt, token_id)

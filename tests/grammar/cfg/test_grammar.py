@@ -96,6 +96,20 @@ def test_masks_agree_with_slow_oracle(smollm2_tokenizer, name):
     assert report.wrong == []
 
 
+def test_sequences_that_meet_a_state_share_it(smollm2_tokenizer):
+    """A second sequence over the same tokens reaches equal states as the same objects (each token
+    from a state is read once per grammar), through rollbacks too."""
+    g = compile_grammar("grammar", "builtin:json", smollm2_tokenizer)
+    ids = smollm2_tokenizer.encode('{"a": [1, 2.5, "x"], "b": null}', add_special_tokens=False)
+    first, second = g.matcher(), g.matcher()
+    for t in ids:
+        assert first.accept_token(t) and second.accept_token(t)
+        assert first.state is second.state
+    assert second.accept_token(smollm2_tokenizer.eos_token_id)
+    second.rollback(2)  # EOS and the last token
+    assert second.accept_token(ids[-1]) and second.state is first.state
+
+
 def test_mask_is_exactly_the_accepted_tokens(smollm2_tokenizer):
     """Over the whole vocabulary at a few states: a bit is set iff accept_token succeeds."""
     g = grammar_of(smollm2_tokenizer, "builtin:json")
