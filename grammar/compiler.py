@@ -76,15 +76,17 @@ def compile_with_vocabulary(kind: str, spec: object, vocab: TokenVocabulary, *,
         return compile_json_cfg(JSON_OBJECT_SCHEMA, vocab, vocab_size, whitespace_pattern, lenient)
     try:
         regex, relaxed, report, unique_items = spec_to_regex(kind, spec, whitespace_pattern, lenient, open_objects)
+        index = build_index(regex, vocab)
     except (RecursiveSchemaError, RegexTooLargeError) as no_regex:
-        try:
+        if kind != "json":  # a regex whose automaton is too large: nothing else reads it
+            raise
+        try:  # each subschema a rule of its own
             return compile_json_cfg(spec, vocab, vocab_size, whitespace_pattern, lenient, open_objects)
         except GrammarError as e:
             if isinstance(no_regex, RecursiveSchemaError):
                 raise
             raise GrammarError(f"{no_regex.message}; the grammar path failed too: {e.message}") from None
     eos = frozenset(i for i in vocab.eos_token_ids if i < vocab_size)
-    index = build_index(regex, vocab)
     initial_state = start_state(index.dfa)
     if not can_reach_final(index, initial_state):
         raise GrammarError(f"cannot compile regex {regex!r}: the vocabulary is incompatible "
@@ -149,6 +151,8 @@ def build_index(regex: str, vocab: TokenVocabulary) -> TokenIndex:
     if dfa is None:
         try:
             dfa = build_byte_dfa(pattern)
+        except GrammarError:
+            raise
         except ValueError as e:
             raise explain_index_error(regex, e) from None
     return TokenIndex(dfa, token_trie(vocab.token_bytes, vocab.fingerprint))

@@ -26,7 +26,8 @@ from outlines_core import Index, Vocabulary
 
 from gdserve.grammar import native
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.regex.nfa import ByteNFA, Unsupported, build_nfa
+from gdserve.grammar.errors import RegexTooLargeError
+from gdserve.grammar.regex.nfa import ByteNFA, TooManyNodes, Unsupported, build_nfa
 from gdserve.grammar.vocabulary import START_TEXT
 from gdserve.kernels.bitmask import bitmask_width, empty_words, pack_words, set_bits
 
@@ -40,7 +41,7 @@ MAX_LOOPS = 32        # loop states find_loops lists at most (token_trie.c's MAX
 MAX_CACHED_LOOPS = 64          # byte sets whose pure subtrees a trie keeps
 MAX_CACHED_PURE_ROWS = 1024    # (byte set, length, width) rows a trie keeps (6 KB each at 49k tokens)
 MAX_CACHED_LOOP_STATES = 4096  # states whose loops an index keeps
-MAX_DFA_STATES = 1 << 20      # a regex past this is left to outlines-core (and the compile timeout)
+MAX_DFA_STATES = 1 << 20      # a regex whose DFA passes this is refused
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
@@ -165,15 +166,30 @@ class ByteDFA:
 
 def build_byte_dfa(pattern: str) -> ByteDFA:
     """The DFA of `pattern` (indexed_pattern's form: a full match) as a dense table: regex.nfa's
-    NFA determinized in C where it reads the syntax and the native kernels load, else
-    outlines-core's (which raises a ValueError for a bad regex). Both give the same language."""
+    NFA determinized in C where it reads the syntax and the native kernels load (RegexTooLargeError
+    past MAX_DFA_STATES), else outlines-core's (which raises a ValueError for a bad regex). Both
+    give the same language."""
     lib = mask_library()
     try:
         nfa = None if lib is None else build_nfa(pattern)
+    except TooManyNodes as e:
+        raise _too_large(str(e)) from None
     except Unsupported:
         nfa = None
-    dfa = None if nfa is None else _determinize(lib, nfa)
-    return outlines_byte_dfa(pattern) if dfa is None else dfa
+    if nfa is None:
+        return outlines_byte_dfa(pattern)
+    dfa = _determinize(lib, nfa)
+    if dfa is None:
+        raise _too_large(f"more than {MAX_DFA_STATES:,} DFA states")
+    return dfa
+
+
+def _too_large(size: str) -> RegexTooLargeError:
+    """A constraint whose automaton is refused by size (outlines-core's would be no smaller, and
+    its construction aborts the process where memory runs out)."""
+    return RegexTooLargeError(f"a part of the constraint needs an automaton of {size}: bounded repetitions "
+                              "nested in each other multiply ({m,n} inside {m,n}, maxItems over "
+                              "maxLength); lower or drop some of those bounds")
 
 
 def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:

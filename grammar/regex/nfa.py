@@ -32,6 +32,11 @@ class Unsupported(Exception):
     """Syntax this construction does not read (the caller falls back to outlines-core)."""
 
 
+class TooManyNodes(Unsupported):
+    """A pattern past MAX_NFA_NODES: its automaton would be larger still, so the caller refuses it
+    (outlines-core's construction aborts the process where memory runs out)."""
+
+
 @dataclass(frozen=True)
 class ByteNFA:
     """Nodes 0..n-1; `start` and `accept` nodes; epsilon edges and byte-class-range edges in CSR
@@ -101,7 +106,7 @@ class _Builder:
 
     def new(self) -> int:
         if self.num_nodes >= MAX_NFA_NODES:
-            raise Unsupported("too many NFA nodes")
+            raise TooManyNodes(f"more than {MAX_NFA_NODES:,} NFA nodes")
         self.num_nodes += 1
         return self.num_nodes - 1
 
@@ -163,7 +168,7 @@ class _Builder:
         """Renumber the fragment's nodes: its entry is `start`, the rest new."""
         base = self.num_nodes - 1
         if self.num_nodes + fragment.num_nodes > MAX_NFA_NODES:
-            raise Unsupported("too many NFA nodes")
+            raise TooManyNodes(f"more than {MAX_NFA_NODES:,} NFA nodes")
         self.num_nodes += fragment.num_nodes - 1
         eps = fragment.eps + base
         eps[fragment.eps == 0] = start

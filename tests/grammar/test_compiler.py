@@ -2,6 +2,9 @@
 import json
 import random
 import re
+import resource
+import subprocess
+import sys
 
 import pytest
 
@@ -105,3 +108,44 @@ def test_json_schema(smollm2_tokenizer):
     for _ in range(10):
         value = json.loads(decode(vocab, walker.walk(rng, random_steps=4)))
         assert isinstance(value["a"], int)
+
+
+HUGE_ARRAY = {"type": "object", "required": ["values"], "properties": {"values": {
+    "type": "array", "maxItems": 50,
+    "items": {"type": "array", "maxItems": 26,
+              "items": {"type": ["string", "number", "boolean", "null"], "maxLength": 1000}}}}}
+
+
+def _compile_in_a_capped_process(kind: str, spec: object, model_dir) -> str:
+    """What compiling spec prints in a child process whose memory is capped at 3 GiB (an abort
+    there fails this test, not the test run)."""
+    script = f"""
+import json
+from gdserve.grammar import GrammarError, compile_grammar
+from gdserve.models import load_tokenizer
+tok = load_tokenizer({str(model_dir)!r})
+try:
+    g = compile_grammar({kind!r}, json.loads({json.dumps(json.dumps(spec))}), tok)
+    ids = tok.encode(json.dumps({{"values": [["a", 1, True, None]] * 3}}), add_special_tokens=False)
+    m = g.matcher()
+    print(type(g).__name__, all(m.accept_token(t) for t in ids) and m.accept_token(tok.eos_token_id))
+except GrammarError as e:
+    print("GrammarError:", e)
+"""
+    cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # noqa: E731
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          preexec_fn=cap)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_a_schema_whose_regex_automaton_is_too_large_takes_the_grammar_path(smollm2_dir):
+    """Bounded arrays of bounded strings nested two deep: too large an automaton as one regex
+    (refused by size, never handed to a construction that would abort the process on memory),
+    so each subschema becomes a rule of the grammar path, exact."""
+    assert _compile_in_a_capped_process("json", HUGE_ARRAY, smollm2_dir) == "CfgGrammar True"
+
+
+def test_a_regex_too_large_for_an_automaton_is_refused_by_size(smollm2_dir):
+    out = _compile_in_a_capped_process("regex", "([a-z]{0,3000}x){0,3000}", smollm2_dir)
+    assert out.startswith("GrammarError:") and "bounded repetitions nested" in out
