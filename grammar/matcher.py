@@ -79,6 +79,10 @@ class Grammar:
     def is_final(self, state: int) -> bool:
         return bool(self.index.dfa.final[state])
 
+    def accepts_eos(self, state: int) -> bool:
+        """EOS is allowed exactly in accepting states."""
+        return self.is_final(state)
+
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after a real token (not EOS) from `state`; None if not allowed."""
         key = (state << 32) + token_id
@@ -222,8 +226,9 @@ def _check_width(bitmask: torch.Tensor, words: torch.Tensor, vocab_size: int) ->
 class StateWalk:
     """One sequence's walk through a grammar: `_states` holds the initial state, then the state
     after each accepted token (`terminated` after EOS), so rollback is a pop. The grammar gives
-    state_mask(state) (.row, .only_eos), budget_row(state, budget), eos_row and vocab_size; a
-    subclass gives accept_token and distance_to_complete."""
+    state_mask(state) (.row, .only_eos), budget_row(state, budget), eos_row, vocab_size,
+    eos_token_ids, accepts_eos(state) and next_state(state, token_id); a subclass gives
+    distance_to_complete, and may watch each step (_stepped)."""
     terminated: object
 
     def __init__(self, grammar, initial_state):
@@ -252,6 +257,24 @@ class StateWalk:
             return self.grammar.budget_row(state, budget)
         return self.grammar.state_mask(state).row
 
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; False (and no change) if the token is not allowed here."""
+        state = self._states[-1]
+        if state == self.terminated:
+            return False
+        if token_id in self.grammar.eos_token_ids:
+            nxt = self.terminated if self.grammar.accepts_eos(state) else None
+        else:
+            nxt = self.grammar.next_state(state, token_id)
+        if nxt is None:
+            return False
+        self._stepped(state, nxt, token_id)
+        self._states.append(nxt)
+        return True
+
+    def _stepped(self, state, nxt, token_id: int) -> None:
+        """Called as a token takes `state` to `nxt`, before it is recorded."""
+
     def is_terminated(self) -> bool:
         """EOS accepted, or the constraint is complete and only EOS can follow."""
         state = self._states[-1]
@@ -272,20 +295,6 @@ class Matcher(StateWalk):
 
     def __init__(self, grammar: Grammar):
         super().__init__(grammar, grammar.initial_state)
-
-    def accept_token(self, token_id: int) -> bool:
-        """Advance by one token; False (and no change) if the token is not allowed here."""
-        state = self._states[-1]
-        if state == TERMINATED:
-            return False
-        if token_id in self.grammar.eos_token_ids:
-            next_state = TERMINATED if self.grammar.is_final(state) else None
-        else:
-            next_state = self.grammar.next_state(state, token_id)
-        if next_state is None:
-            return False
-        self._states.append(next_state)
-        return True
 
     def distance_to_complete(self) -> int:
         """Bytes still needed, at the fewest, to complete the constraint: an upper bound on the

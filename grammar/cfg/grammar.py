@@ -407,21 +407,7 @@ class CfgMatcher(StateWalk):
     def __init__(self, grammar: CfgGrammar):
         super().__init__(grammar, grammar.initial)
 
-    def accept_token(self, token_id: int) -> bool:
-        state = self._states[-1]
-        if state == TERMINATED:
-            return False
-        if token_id in self.grammar.eos_token_ids:
-            nxt = TERMINATED if self.grammar.accepts_eos(state) else None
-        else:
-            nxt = self.grammar.next_state(state, token_id)
-        if nxt is None:
-            return False
-        self._carry_completion(state, nxt, token_id)
-        self._states.append(nxt)
-        return True
-
-    def _carry_completion(self, state: CfgStates, nxt: CfgStates, token_id: int) -> None:
+    def _stepped(self, state: CfgStates, nxt: CfgStates, token_id: int) -> None:
         """A token that starts the known completion leaves the rest as the next one."""
         path, data = self.grammar.known_completion(state), self.grammar.token_data(token_id)
         if path and data and path.startswith(data):
