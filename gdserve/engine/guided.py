@@ -124,7 +124,6 @@ class GuidedDecoder:
     def begin_step(self) -> None:
         """Start the step's allowance for new mask work (is_terminated and apply_bitmask)."""
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
-        self._step_mask_s = 0.0
 
     def end_step(self, step_s: float) -> None:
         """Record the step's guided host time beside its length, where it had any."""
