@@ -7,52 +7,56 @@ A token's completion is the length in bytes of a known completion of the state i
 above. Two kinds of token are checked, both cheaply: those that start the state's own shortest
 completion (they inherit its rest, no search), and those that stay inside the current lexeme with
 no lexeme ending inside them (a string's body: most of the vocabulary), grouped by the lexer state
-they lead to: one lexer walk and a search per distinct lexer state. The tokens that end a lexeme
-otherwise (thousands, each a parser step to read) are left out near the budget: refusing a token
-never makes an output invalid, and following only checked tokens, a sequence completes in time.
+they lead to (InsideGroups, per lexer state: the stack does not change them): one search per
+group. The tokens that end a lexeme otherwise (thousands, each a parser step to read) are left out
+near the budget: refusing a token never makes an output invalid, and following only checked
+tokens, a sequence completes in time.
+
+A state's checked tokens (NextCompletions) make one row per set of groups that fit: the rows
+differ only where the budget crosses a group's completion length, so a row is built once per
+length crossed, then looked up.
 """
+import bisect
+from dataclasses import dataclass, field
+
 import numpy as np
+import torch
 
 from gdserve.grammar.cfg.complete import prefix_tokens
-from gdserve.kernels.bitmask import unpack_words
+from gdserve.kernels.bitmask import empty_words, set_bits
 
 UNKNOWN = np.iinfo(np.int32).max  # allowed, but no completion is known after it
+NO_GROUPS = np.zeros((0, 0), dtype=np.uint32)
 
 
-def next_completions(grammar, state, budget: int) -> np.ndarray:
-    """int32 [vocab_size]: for each checked token (module docstring), the bytes of a completion
-    after it (UNKNOWN where none of at most `budget` bytes was found); -1 for every other token."""
-    out = np.full(grammar.vocab_size, -1, dtype=np.int32)
-    if len(state) == 1:
-        (config,) = state
-        allowed = unpack_words(grammar.words(config), grammar.vocab_size)
-        grouped, ends = _inside_tokens(grammar, config, allowed)
-        for lex in np.unique(ends[grouped]).tolist():
-            ids = np.flatnonzero(grouped & (ends == lex))
-            succ = frozenset(grammar.settled(config.stack, lex))
-            path = (grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)) if succ else None
-            out[ids] = UNKNOWN if path is None else len(path)
-    own = grammar.known_completion(state)
-    if own:
-        for token_id in prefix_tokens(grammar, own).tolist():
-            rest = len(own) - len(grammar.token_data(token_id))
-            out[token_id] = min(int(out[token_id]) if out[token_id] >= 0 else UNKNOWN, rest)
-    return out
+@dataclass(frozen=True, eq=False)
+class InsideGroups:
+    """From one lexer state: the tokens that stay inside its lexeme with no lexeme ending within
+    them, grouped by the lexer state they lead to."""
+    ends: list[int]       # each group's lexer state after its tokens
+    words: np.ndarray     # uint32 [G, W]: each group's tokens, packed
 
 
-def _inside_tokens(grammar, config, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bool [V] the allowed tokens that stay inside config's lexeme with no lexeme ending within
-    them, int32 [V] each token's lexer state after its bytes)."""
-    ends = grammar.lexer_next_states(config.lex)[:grammar.vocab_size]
-    n = len(ends)
-    grouped = np.zeros(grammar.vocab_size, dtype=bool)
-    if grammar.spec.exact and grammar.lexer.emits(config.lex):
-        return grouped, ends  # the pending lexeme may end before any token's first byte
-    grouped[:n] = allowed[:n] & (ends != grammar.lexer.arrays()[0].dead)
-    exp = grammar.root(config.lex)
+def inside_groups(grammar, lex: int) -> InsideGroups:
+    """The lexer state's InsideGroups (none where, exact, the pending lexeme may end before any
+    token's first byte)."""
+    if grammar.spec.exact and grammar.lexer.emits(lex):
+        return InsideGroups([], NO_GROUPS)
+    dfa, accept = grammar.lexer.arrays()
+    exp = grammar.root(lex)
+    ends = grammar.store.next_states(dfa, accept, lex)[:grammar.vocab_size]
+    grouped = np.unpackbits(exp.inside.view(np.uint8), bitorder="little")[:len(ends)].astype(bool)
+    grouped &= ends != dfa.dead
     for crossing in exp.crossings.values():
         grouped[_subtree_tokens(grammar, crossing.roots)] = False
-    return grouped, ends
+    ids = np.flatnonzero(grouped)
+    order = np.argsort(ends[ids], kind="stable")
+    ids, keys = ids[order], ends[ids][order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    words = np.zeros((len(cuts) + 1 if len(ids) else 0, len(exp.inside)), dtype=np.uint32)
+    for g, part in enumerate(np.split(ids, cuts) if len(ids) else []):
+        set_bits(words[g], part)
+    return InsideGroups(keys[np.concatenate([[0], cuts])].tolist() if len(ids) else [], words)
 
 
 def _subtree_tokens(grammar, roots: np.ndarray) -> np.ndarray:
@@ -63,3 +67,59 @@ def _subtree_tokens(grammar, roots: np.ndarray) -> np.ndarray:
     lo, counts = t.tok_ptr[nodes], t.tok_ptr[nodes + 1] - t.tok_ptr[nodes]
     ids = t.tok_ids[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())]
     return ids[ids < grammar.vocab_size]
+
+
+def next_completions(grammar, state, budget: int) -> "NextCompletions":
+    """The state's checked tokens and their completions, searched within `budget` bytes."""
+    group_words, group_lens = NO_GROUPS, []
+    if len(state) == 1:
+        (config,) = state
+        groups = grammar.inside_groups(config.lex)
+        group_words = groups.words
+        for lex in groups.ends:
+            succ = frozenset(grammar.settled(config.stack, lex))
+            path = (grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)) if succ else None
+            group_lens.append(UNKNOWN if path is None else len(path))
+    own = grammar.known_completion(state)
+    prefix_ids = prefix_tokens(grammar, own) if own else np.zeros(0, dtype=np.int64)
+    prefix_lens = np.array([len(own) - len(grammar.token_data(t)) for t in prefix_ids.tolist()], dtype=np.int64)
+    accepting = grammar.state_mask(state).accepting
+    return NextCompletions(budget, grammar.vocab_size, group_words, group_lens, prefix_ids, prefix_lens,
+                           grammar.eos_ids if accepting else None)
+
+
+@dataclass(eq=False)
+class NextCompletions:
+    """A state's checked tokens (module docstring) and the bytes of a known completion after
+    each, found by searches bounded by `searched` bytes (UNKNOWN where none was found within it:
+    the answers hold for every smaller budget)."""
+    searched: int
+    vocab_size: int
+    group_words: np.ndarray     # uint32 [G, W]
+    group_lens: list[int]       # per group
+    prefix_ids: np.ndarray      # int64: the tokens that start the state's own completion
+    prefix_lens: np.ndarray     # int64: the rest of it after each
+    eos_ids: np.ndarray | None  # set in every row: the state accepts EOS
+    lengths: list[int] = field(init=False)  # the distinct known completion lengths, shortest first
+    _rows: dict[int, torch.Tensor] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        known = {n for n in self.group_lens if n < UNKNOWN} | set(self.prefix_lens.tolist())
+        self.lengths = sorted(known)
+
+    def row(self, limit: int) -> torch.Tensor:
+        """int32 [W]: the checked tokens whose completion takes at most `limit` bytes, and EOS
+        where the state accepts it. Shared: read, never modify."""
+        key = bisect.bisect_right(self.lengths, limit)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = self._build_row(self.lengths[key - 1] if key else -1)
+        return row
+
+    def _build_row(self, limit: int) -> torch.Tensor:
+        fit = [g for g, n in enumerate(self.group_lens) if n <= limit]
+        words = np.bitwise_or.reduce(self.group_words[fit], axis=0) if fit else empty_words(self.vocab_size)
+        set_bits(words, self.prefix_ids[self.prefix_lens <= limit])
+        if self.eos_ids is not None:
+            set_bits(words, self.eos_ids)
+        return torch.from_numpy(words.view(np.int32))

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from gdserve.grammar.token_index import ByteDFA
+from gdserve.grammar.token_index import UNREACHABLE, ByteDFA
 
 MAX_NODES = 3000
 MAX_DEEPER = 64
@@ -54,6 +54,22 @@ def shortest_spelling(dfa: ByteDFA, start: int) -> bytes | None:
                     nxt_todo.append(n)
         todo = nxt_todo
     return None
+
+
+def spelling_by_distance(dfa: ByteDFA, state: int) -> bytes | None:
+    """shortest_spelling read off the distances of a DFA whose table never changes: from each
+    state the first byte (printable preferred) that leads one byte closer to accepting."""
+    dist = dfa.distance
+    if dist[state] >= UNREACHABLE:
+        return None
+    reps, trans, out = _class_bytes(dfa.classes.tobytes()), dfa.trans, bytearray()
+    while dist[state]:
+        closer = dist[state] - 1
+        row = trans[state].tolist()
+        c, b = next((c, b) for c, b in reps if dist[row[c]] == closer)
+        out.append(b)
+        state = row[c]
+    return bytes(out)
 
 
 def shortest_completion(grammar, state) -> bytes | None:
@@ -142,7 +158,7 @@ def _pieces(grammar, config, spells: list, sep: bytes | None) -> list[bytes]:
     if not grammar.lexer.is_start(config.lex):
         stacks = grammar.emit(config.stack, config.lex)
         if not grammar.lexer.emits(config.lex):
-            end = shortest_spelling(grammar.lexer.arrays()[0], config.lex)
+            end = grammar.lexer.shortest_end(config.lex)
             return [end] if end else []
     out = []
     for stack in stacks:

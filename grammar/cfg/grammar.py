@@ -23,20 +23,21 @@ import torch
 
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
-from gdserve.grammar.cfg.budget import UNKNOWN, next_completions
-from gdserve.grammar.cfg.complete import search_completion, shortest_completion, shortest_spelling
+from gdserve.grammar.cfg.budget import InsideGroups, NextCompletions, inside_groups, next_completions
+from gdserve.grammar.cfg.complete import search_completion, shortest_completion, spelling_by_distance
 from gdserve.grammar.cfg.lexer import Lexer
 from gdserve.grammar.cfg.masks import Expansion, MaskStore
 from gdserve.grammar.cfg.parser import LalrParser, Stack
 from gdserve.grammar.cfg.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
-from gdserve.kernels.bitmask import empty_words, pack_words, set_bits
+from gdserve.kernels.bitmask import empty_words, set_bits
 
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that can close in time
 STEER_MARGIN = 16    # bytes (the closing window of a grammar with nothing optional)
-MAX_CACHED_NEXT_COMPLETIONS = 64  # states whose tokens' completions a grammar keeps
+MAX_CACHED_NEXT_COMPLETIONS = 4096  # states whose tokens' completions a grammar keeps
+MAX_CACHED_INSIDE_GROUPS = 256  # lexer states whose token groups a grammar keeps (G x W words each)
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 MAX_CACHED_STEPS = 1 << 16  # (state, token) -> next state entries a grammar keeps
 
@@ -259,26 +260,26 @@ class CfgGrammar:
         accepting = self.accepts_eos(states)
         only_eos = accepting and not words.any()
         if accepting:
-            ids = self._eos_array
+            ids = self.eos_ids
             set_bits(words, ids)
         return CfgMask(torch.from_numpy(words.view(np.int32)), accepting, only_eos)
 
     @cached_property
-    def _eos_array(self) -> np.ndarray:
+    def eos_ids(self) -> np.ndarray:
         return np.array(sorted(i for i in self.eos_token_ids if i < self.vocab_size),
                         dtype=np.int64)
 
     @cached_property
     def eos_row(self) -> torch.Tensor:
         words = empty_words(self.vocab_size)
-        ids = self._eos_array
+        ids = self.eos_ids
         set_bits(words, ids)
         return torch.from_numpy(words.view(np.int32))
 
     # ---- closing before the budget ------------------------------------------------------------
     @cached_property
     def terminal_spellings(self) -> list[bytes | None]:
-        return [shortest_spelling(d, d.start) for d in self.terminal_dfas]
+        return [spelling_by_distance(d, d.start) for d in self.terminal_dfas]
 
     @cached_property
     def _completions(self) -> BoundedCache[CfgStates, bytes | None]:
@@ -293,7 +294,8 @@ class CfgGrammar:
 
     def _remember(self, state: CfgStates, path: bytes | None) -> None:
         """Cache a state's completion, and the rest of it for each state along the way (later
-        searches that reach one of them stop there)."""
+        searches that reach one of them stop there: without them, searches from states near a
+        long completion's path give up where they would have found it, and rows go unchecked)."""
         self._completions.put(state, path)
         for i in range(len(path or b"") - 1):
             state = self.advance(state, path[i:i + 1])
@@ -331,18 +333,30 @@ class CfgGrammar:
             self._completions.put(state, rest)
 
     @cached_property
-    def _next_completions(self) -> BoundedCache[CfgStates, tuple[int, np.ndarray]]:
+    def _next_completions(self) -> BoundedCache[CfgStates, NextCompletions]:
         return BoundedCache(MAX_CACHED_NEXT_COMPLETIONS, policy="lru")
 
-    def next_completions(self, state: CfgStates, budget: int) -> np.ndarray:
-        """int32 [vocab_size]: the checked tokens' completions after them (cfg.budget), cached for
-        the states most recently used near their budget (an answer for a budget holds for every
-        smaller one)."""
+    def next_completions(self, state: CfgStates, budget: int) -> NextCompletions:
+        """The checked tokens' completions after them (cfg.budget), cached for the states most
+        recently used near their budget (an answer for a budget holds for every smaller one)."""
         cached = self._next_completions.lookup(state)
-        if cached is None or cached[0] < budget:
+        if cached is None or cached.searched < budget:
             with unit_of_work():
-                cached = self._next_completions.put(state, (budget, next_completions(self, state, budget)))
-        return cached[1]
+                cached = self._next_completions.put(state, next_completions(self, state, budget))
+        return cached
+
+    @cached_property
+    def _inside_groups(self) -> BoundedCache[int, InsideGroups]:
+        return BoundedCache(MAX_CACHED_INSIDE_GROUPS, policy="lru")
+
+    def inside_groups(self, lex: int) -> InsideGroups:
+        """The tokens that stay inside the lexeme of lexer state `lex`, grouped by where they
+        lead (cfg.budget), cached for the lexer states most recently used near a budget."""
+        groups = self._inside_groups.lookup(lex)
+        if groups is None:
+            with unit_of_work():
+                groups = self._inside_groups.put(lex, inside_groups(self, lex))
+        return groups
 
     @cached_property
     def closing_zone(self) -> int:
@@ -360,11 +374,6 @@ class CfgGrammar:
         of 64 on json_object would leave only `{}`)."""
         return self.steer_margin
 
-    def lexer_next_states(self, lex: int) -> np.ndarray:
-        """int32 [V]: each token's lexer state after its bytes from `lex` (the lexer's dead state
-        where the lexeme dies within it)."""
-        return self.store.next_states(*self.lexer.arrays(), lex)
-
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
         """The state's row; near the budget (within closing_window bytes of the state's shortest
         completion) only the checked tokens after which a known completion fits in `budget` more
@@ -377,17 +386,10 @@ class CfgGrammar:
         own = self.completion_within(state, budget + self.closing_window) or self.known_completion(state)
         if own is None or len(own) + self.closing_window <= budget:
             return full.row
-        dist = self.next_completions(state, budget)
-        known = dist[(dist >= 0) & (dist < UNKNOWN)]
-        if not len(known):
-            return self._with_eos(empty_words(self.vocab_size), True) if full.accepting else full.row
-        limit = budget if full.accepting else max(budget, int(known.min()))  # or head for the end
-        return self._with_eos(pack_words((dist >= 0) & (dist <= limit), self.vocab_size), full.accepting)
-
-    def _with_eos(self, words: np.ndarray, eos: bool) -> torch.Tensor:
-        if eos:
-            set_bits(words, self._eos_array)
-        return torch.from_numpy(words.view(np.int32))
+        closing = self.next_completions(state, budget)
+        if not closing.lengths:
+            return self.eos_row if full.accepting else full.row
+        return closing.row(budget if full.accepting else max(budget, closing.lengths[0]))  # or head for the end
 
     def token_data(self, token_id: int) -> bytes | None:
         t = self.trie

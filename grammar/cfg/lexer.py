@@ -26,6 +26,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from gdserve.grammar.cfg.complete import shortest_spelling, spelling_by_distance
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json.keys import expand_keys, key_dfa, placeholder_names
 from gdserve.grammar.cfg.lexer_product import Product, ProductWalk
@@ -240,6 +241,8 @@ class Lexer:
     _ties: dict[tuple[int, ...], int] = field(default_factory=dict)  # exact: a tie's accept id
     _tie_terms: list[tuple[int, ...]] = field(default_factory=list)  # accept id - K -> its tie
     _snapshot: tuple[ByteDFA, np.ndarray] | None = None
+    _live: dict[int, bool] = field(default_factory=dict)
+    _ends: dict[int, bytes | None] = field(default_factory=dict)  # see shortest_end
 
     @cached_property
     def _joint(self) -> tuple[np.ndarray, np.ndarray]:
@@ -308,15 +311,33 @@ class Lexer:
     def _own_end(self) -> int:
         return int(self._bases[-1]) + len(self.dfas[-1].final) if self.dfas else 0
 
+    def shortest_end(self, state: int) -> bytes | None:
+        """The shortest bytes that complete the lexeme of `state` (printable bytes preferred),
+        None if none can: read off the terminal's DFA where one terminal is alive, else searched
+        in the product; cached (a state's transitions never change as the lexer grows)."""
+        if state not in self._ends:
+            own = self._own(state)
+            self._ends[state] = (spelling_by_distance(self.dfas[own[0]], own[1]) if own else
+                                 shortest_spelling(self.arrays()[0], state))
+        return self._ends[state]
+
+    def _own(self, state: int) -> tuple[int, int] | None:
+        """(the terminal, its DFA's state) of a state where one terminal is alive, or None."""
+        if state >= self._own_end:
+            return None
+        t = int(np.searchsorted(self._bases, state, side="right")) - 1
+        return t, state - int(self._bases[t])
+
     def shared_key(self, state: int) -> tuple[tuple[int, int], int] | None:
         """((a DFA, its state): the state's family, the terminal) of a state where one terminal is
         alive, or None. A family's states read every byte string alike but for the terminal they
         complete: one DFA's state, in every terminal that ends in that DFA (ByteDFA.tail: keys
         with values alike)."""
-        if state >= self._own_end:
+        own = self._own(state)
+        if own is None:
             return None
-        t = int(np.searchsorted(self._bases, state, side="right")) - 1
-        dfa, i = self.dfas[t], state - int(self._bases[t])
+        t, i = own
+        dfa = self.dfas[t]
         while dfa.tail is not None and i >= dfa.tail[1]:
             dfa, i = dfa.tail[0], i - dfa.tail[1]
         return (id(dfa), i), t
@@ -392,7 +413,11 @@ class Lexer:
         return state in self._start_states
 
     def live(self, state: int) -> bool:
-        return bool((self._table[state] != self._dead).any())
+        """Whether some byte keeps the lexeme alive (cached: a state's row never changes)."""
+        alive = self._live.get(state)
+        if alive is None:
+            alive = self._live[state] = bool((self._table[state] != self._dead).any())
+        return alive
 
     def step(self, state: int, byte: int) -> int:
         """The next state, -1 if the lexeme dies."""
