@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ MAX_SEARCH_TRIES = 16 * MAX_SEARCH_STEPS  # bytes tried, taken or not (most are 
 # the same number again, without end).
 _SEARCH_ORDER = tuple(dict.fromkeys([*b'",]}1234567890', *range(97, 123), *range(65, 91), *range(256)]))
 MAX_CACHED_VIABILITY = 4096  # viability answers a matcher keeps (many tokens lead to one scan)
+_UNSEARCHED = object()
 _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
 
 
@@ -59,6 +61,14 @@ class UniqueItemsGrammar:
 
     def matcher(self) -> "UniqueItemsMatcher":
         return UniqueItemsMatcher(self)
+
+    @cached_property
+    def byte_walk(self) -> "_ByteWalk":
+        """The automaton read byte by byte, shared by the grammar's matchers."""
+        return _ByteWalk(self.base)
+
+    def __getstate__(self) -> dict:
+        return {"base": self.base, "paths": self.paths}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("base", "paths"):
@@ -104,6 +114,22 @@ class _ByteWalk:
     def __init__(self, grammar: Grammar | CfgGrammar):
         self.grammar = grammar
         self.cfg = isinstance(grammar, CfgGrammar)
+        self._next_bytes: dict[int, tuple[int, ...]] = {}  # per state, in _SEARCH_ORDER
+
+    def next_bytes(self, state, order: tuple[int, ...]) -> tuple[int, ...]:
+        """The bytes of `order` that the automaton may read from `state`: those of a regex
+        automaton's row (cached per state for the usual order); every byte for a grammar."""
+        if self.cfg:
+            return order
+        if order is _SEARCH_ORDER and state in self._next_bytes:
+            return self._next_bytes[state]
+        dfa = self.grammar.index.dfa
+        dfa.prepare(state, 1)
+        readable = (dfa.trans[state][dfa.classes] != dfa.dead).tolist()
+        out = tuple(b for b in order if readable[b])
+        if order is _SEARCH_ORDER:
+            self._next_bytes[state] = out
+        return out
 
     def step(self, state, data: bytes):
         if self.cfg:
@@ -125,12 +151,12 @@ class UniqueItemsMatcher:
         self.grammar = grammar
         self.base = grammar.base.matcher()
         self.scanner = Scanner(path_matcher(grammar.paths))
-        self.walk = _ByteWalk(grammar.base)
+        self.walk = grammar.byte_walk
         self.trie: TokenTrie = grammar.base.trie if self.walk.cfg else grammar.base.index.trie
         self.tables = _VocabTables.of(self.trie)
         self._scans: list[Scan] = [Scan()]
-        # (state, scan, budget) -> _search's answer
-        self._viability: BoundedCache[tuple, bool] = BoundedCache(MAX_CACHED_VIABILITY)
+        self._needs: BoundedCache[tuple, int | None] = BoundedCache(MAX_CACHED_VIABILITY)  # (state, scan) -> _search's
+        self._viability: BoundedCache[tuple, bool] = BoundedCache(MAX_CACHED_VIABILITY)  # (state, scan, budget) -> found
 
     # ---- the grammar contract ------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -208,40 +234,56 @@ class UniqueItemsMatcher:
         return None
 
     def _viable(self, scan: Scan, state, budget: int | None) -> bool:
+        """Whether the item open or owed can complete as a new value within `budget` bytes. A
+        search without a budget, cached per (state, scan), answers every budget its witness fits
+        (most of them: a budget binds only near max_tokens); a budget below that is searched."""
+        need = self._needs.get((state, scan), _UNSEARCHED)
+        if need is _UNSEARCHED:
+            with unit_of_work():
+                need = self._needs.put((state, scan), self._search(scan, state, None))
+        if need is not None and (budget is None or need <= budget):
+            return True
+        if budget is None:
+            return False
         key = (state, scan, budget)
         found = self._viability.get(key)
         if found is None:
             with unit_of_work():
-                found = self._viability.put(key, self._search(scan, state, budget))
+                found = self._viability.put(key, self._search(scan, state, budget) is not None)
         return found
 
-    def _search(self, start: Scan, state, budget: int | None) -> bool:
-        """Whether the item open or owed can complete as a value its array does not hold yet,
-        the whole text within `budget` bytes: a depth-first search over the automaton's bytes,
-        the bytes that end items tried first (_byte_order), within MAX_SEARCH_STEPS bytes taken and
+    def _search(self, start: Scan, state, budget: int | None) -> int | None:
+        """The bytes a completion of the item open or owed as a value its array does not hold yet
+        needs, the whole text counted (the most, along the way, of the bytes read plus the
+        automaton's distance to completion: the least budget the witness fits); None where none
+        is found within `budget`. A depth-first search over the automaton's bytes, the bytes that
+        end items tried first (_byte_order), within MAX_SEARCH_STEPS bytes taken and
         MAX_SEARCH_TRIES tried."""
         stack, steps, tries = [(state, start, 0, 0)], 0, 0  # (automaton state, scan, bytes used, next byte)
         orders: dict[Scan, tuple[int, ...]] = {}
         while stack:
             st, sc, used, i = stack.pop()
             order = orders.get(sc) or orders.setdefault(sc, self._byte_order(sc))
-            for i in range(i, 256):
+            readable = self.walk.next_bytes(st, order)
+            for i in range(i, len(readable)):
+                b = readable[i]
                 tries += 1
                 if tries > MAX_SEARCH_TRIES:
-                    return False
-                b = order[i]
+                    return None
                 nxt = self.walk.step(st, bytes((b,)))
                 steps += nxt is not None
                 if steps > MAX_SEARCH_STEPS:
-                    return False
+                    return None
                 after = None if nxt is None else self.scanner.byte(sc, b)
                 if after is None or (budget is not None and used + 1 + self.walk.distance(nxt) > budget):
                     continue
                 if self._settled(start, after):
-                    return True
+                    # the stack holds the path's earlier states, one per depth
+                    path = [(entry[0], entry[2]) for entry in stack] + [(st, used), (nxt, used + 1)]
+                    return max(depth + self.walk.distance(s) for s, depth in path if depth)
                 stack += [(st, sc, used, i + 1), (nxt, after, used + 1, 0)]
                 break
-        return False
+        return None
 
     def _byte_order(self, scan: Scan) -> tuple[int, ...]:
         """_SEARCH_ORDER, but inside a string item the bytes that go on spelling an earlier item

@@ -113,6 +113,17 @@ def test_budget_closes_before_an_item_that_cannot_finish(smollm2_tokenizer):
     assert two in tight and one not in tight               # "1" would have to grow to 1x
 
 
+def test_budget_answers_do_not_depend_on_the_order_asked(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "uniqueItems": True}
+    grammar = compile_grammar("json", schema, tok)
+    one = token_id(tok, "1")
+    for budgets in ((1, 5, None, 1), (None, 1, 5), (5, 1, 2)):
+        matcher = fed(grammar, tok, "[1,")
+        for budget in budgets:
+            assert (one in set(allowed_ids(matcher, budget=budget).tolist())) == (budget is None or budget >= 2)
+
+
 def test_pickled_grammar_keeps_uniqueness(smollm2_tokenizer):
     tok = smollm2_tokenizer
     grammar = pickle.loads(pickle.dumps(compile_grammar("json", SET_STR, tok)))
