@@ -383,7 +383,7 @@ class CfgGrammar:
         if budget >= self.closing_zone:
             return full.row
         # A bounded search: an unbounded one can take seconds where no short completion exists.
-        own = self.completion_within(state, budget + self.closing_window) or self.known_completion(state)
+        own = self.completion_within(state, budget + self.closing_window) or self.completion(state)
         if own is None or len(own) + self.closing_window <= budget:
             return full.row
         closing = self.next_completions(state, budget)

@@ -83,17 +83,13 @@ def test_every_constraint_closes_before_max_tokens(smollm2_tokenizer, corpus_nam
     assert cut == []
 
 
-# Far from the end a row keeps every token (closing_window), and a token that opens a key of an
-# object open to any key can add more than the window there: the documented bound of the check.
-WIDE_SLACK = pytest.param(120, marks=pytest.mark.xfail(reason="a token before the closing window may "
-                                                              "add more than the window", strict=False))
-
-
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("slack", [0, 20, WIDE_SLACK])
+@pytest.mark.parametrize("slack", [0, 20, 120])
 def test_an_open_object_inside_a_recursive_schema_closes(smollm2_tokenizer, seed, slack):
     """Where one token opens a key of an object open to any key, near the budget: the rows keep
-    only tokens after which a completion is known to fit."""
+    only tokens after which a completion is known to fit. Inside such an object every short text
+    is a new state, so the bounded completion search gives up; the state's completion then comes
+    from the depth-first search, and the row is still checked."""
     schema = {"$defs": {"node": {"type": "object", "properties": {
         "data": {"type": "object"}, "name": {"type": "string"},
         "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
