@@ -97,9 +97,11 @@ class GuidedDecoder:
         self._device: tuple[torch.Tensor, torch.Tensor] | None = None  # see _buffers
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
         self._step_mask_s = 0.0
-        # (step seconds, of which host seconds on guided rows: accepts, termination checks, masks),
-        # for each step that had guided rows: what the benches report as the share spent on masks.
-        self.step_times: deque[tuple[float, float]] = deque(maxlen=MAX_STEP_TIMES)
+        self._step_rows = 0
+        # (step seconds, of which host seconds on guided rows: accepts, termination checks, masks;
+        # the guided rows masked or parked), for each step that had guided rows: what the benches
+        # report as the share of a step spent on masks and the host time per row.
+        self.step_times: deque[tuple[float, float, int]] = deque(maxlen=MAX_STEP_TIMES)
 
     @property
     def service(self) -> CompileService:
@@ -128,8 +130,8 @@ class GuidedDecoder:
     def end_step(self, step_s: float) -> None:
         """Record the step's guided host time beside its length, where it had any."""
         if self._step_mask_s:
-            self.step_times.append((step_s, self._step_mask_s))
-        self._step_mask_s = 0.0
+            self.step_times.append((step_s, self._step_mask_s, self._step_rows))
+        self._step_mask_s, self._step_rows = 0.0, 0
 
     def accept_token(self, seq: Sequence, token_id: int) -> bool:
         """Advance seq's matcher by its sampled token; False if the grammar refuses it."""
@@ -165,6 +167,7 @@ class GuidedDecoder:
             self._mask(logits, rows, words)
         if rows or parked:
             self._step_mask_s += time.perf_counter() - start
+            self._step_rows += len(rows) + len(parked)
         return parked
 
     def _mask(self, logits: torch.Tensor, rows: list[int], words: list[torch.Tensor]) -> None:
