@@ -121,6 +121,12 @@ class CompileService:
         self._lanes: list[_Lane] = []
 
     # ---- public API ----
+    @property
+    def num_busy(self) -> int:
+        """Workers compiling now (or about to: jobs queued beyond them wait)."""
+        with self._lock:
+            return min(len(self._pending), self.max_workers)
+
     def submit(self, kind: str, spec: object, **options) -> "Future[Grammar]":
         """A Future of the compiled Grammar; fails with GrammarError (bad spec, timeout, crash)."""
         unknown = set(options) - set(OPTIONS)

@@ -120,6 +120,11 @@ class GuidedDecoder:
         guided requests wait for their compiles only, not for the workers' start (seconds each)."""
         self.service.start_workers()
 
+    @property
+    def busy_workers(self) -> int:
+        """Compile workers busy with this engine's constraints."""
+        return 0 if self._service is None else self._service.num_busy
+
     def submit(self, guided: StructuredOutputsParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 

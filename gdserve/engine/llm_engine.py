@@ -111,6 +111,7 @@ class LLMEngine:
                                     config.grammar_compile_timeout_s, config.grammar_compile_workers,
                                     config.grammar_cache_path())
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
+        self._cpu_threads = torch.get_num_threads() if self._shares_cores() else None
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
         if config.max_num_seqs is None:
@@ -278,6 +279,8 @@ class LLMEngine:
         """Stop the compile workers and the tensor-parallel ranks. Idempotent."""
         if getattr(self, "guided", None) is not None:
             self.guided.close()
+        if getattr(self, "_cpu_threads", None) is not None:
+            torch.set_num_threads(self._cpu_threads)
         if self.executor is not None:
             self.executor.shutdown()
 
@@ -343,6 +346,21 @@ class LLMEngine:
         self.guided.end_step(time.perf_counter() - start)
         return outputs + self._take_failed()
 
+    def _shares_cores(self) -> bool:
+        """Whether the forward's threads share the machine's cores with the compile workers: a
+        single-process engine on the CPU (a GPU's forward leaves the cores to them)."""
+        return self.device.type == "cpu" and self.config.tensor_parallel_size == 1
+
+    def _leave_cores_to_compiles(self) -> None:
+        """On the CPU, run the forward on one thread fewer per busy compile worker (at least
+        one): a torch thread whose core a worker holds stalls every parallel region of the step
+        (steps several times slower, not a core's worth)."""
+        if self._cpu_threads is None:
+            return
+        threads = max(1, self._cpu_threads - self.guided.busy_workers)
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+
     def _run_batch(self, batch: ScheduledBatch, outputs: list[RequestOutput], lora_slots: list[int] | None) -> None:
         """Run the batch, adding to outputs as they come: a failure keeps those before it."""
         if batch.blocks_to_swap_out:
@@ -357,6 +375,7 @@ class LLMEngine:
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
+        self._leave_cores_to_compiles()
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids, lora_slots)
         self.guided.begin_step()
         outputs += self._take_pending()

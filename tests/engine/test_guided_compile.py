@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from gdserve import LLM, SamplingParams
 from gdserve.sampling_params import StructuredOutputsParams
@@ -63,6 +64,31 @@ def test_a_compiling_request_delays_no_other_request(llm):
     completion = run_until(engine, {slow})[slow].outputs[0]
     assert completion.finish_reason == "stop" and re.fullmatch(SLOW, completion.text), completion
     assert_no_leaks(llm)
+
+
+def test_the_forward_leaves_a_core_to_a_busy_compile_worker(llm):
+    """On the CPU, while a compile worker is busy the forward runs on one thread fewer (a torch
+    thread whose core the worker holds would stall every step); all of them again once it is
+    done, and the engine's close leaves torch as it found it."""
+    engine, threads = llm.engine, torch.get_num_threads()
+    engine.guided.submit(StructuredOutputsParams(regex=READY)).result()
+    (worker,) = engine.guided.service.worker_pids()
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        slow = engine.add_request([5, 6, 7], greedy(12, structured_outputs=StructuredOutputsParams(regex=SLOW)))
+        unguided = engine.add_request([9, 10, 11], greedy(4, ignore_eos=True))
+        engine.step()
+        assert torch.get_num_threads() == max(1, threads - 1)
+        run_until(engine, {unguided})
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    run_until(engine, {slow})
+    engine.add_request([9, 10, 11], greedy(2, ignore_eos=True))
+    engine.step()
+    assert torch.get_num_threads() == threads
+    torch.set_num_threads(max(1, threads - 1))
+    engine.close()
+    assert torch.get_num_threads() == threads
 
 
 def test_a_plain_script_without_a_main_guard_generates_guided(tiny_llama_dir, tmp_path):
