@@ -1,6 +1,6 @@
-"""The grammar's native code: C sources in grammar/csrc (byte_dfa.c: a byte NFA's subset
-construction; token_trie.c: the token-trie walks of token_index; lexer_product.c: the contextual
-lexer's product states), built and cached like the CPU kernels (gdserve.kernels.native). Where no
+"""The grammar's native code: C sources in grammar/csrc (nfa_build.c: a regex's byte NFA from its
+parse; byte_dfa.c: the NFA's subset construction; token_trie.c: the token-trie walks of
+token_index; lexer_product.c: the contextual lexer's product states), built and cached like the CPU kernels (gdserve.kernels.native). Where no
 compiler works, or GDSERVE_NATIVE_GRAMMAR=0 (or GDSERVE_NATIVE_KERNELS=0, all native code off),
 `library()` returns None and the grammar runs its numpy and Python walks."""
 import ctypes

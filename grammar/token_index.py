@@ -178,7 +178,7 @@ def build_byte_dfa(pattern: str) -> ByteDFA:
         nfa = None
     if nfa is None:
         return outlines_byte_dfa(pattern)
-    dfa = _determinize(lib, nfa)
+    dfa = determinize(lib, nfa)
     if dfa is None:
         raise _too_large(f"more than {MAX_DFA_STATES:,} DFA states")
     return dfa
@@ -192,7 +192,7 @@ def _too_large(size: str) -> RegexTooLargeError:
                               "maxLength); lower or drop some of those bounds")
 
 
-def _determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
+def determinize(lib: ctypes.CDLL, nfa: ByteNFA) -> ByteDFA | None:
     """Every state of the NFA's subset construction (grammar/csrc/byte_dfa.c), the dead state
     moved last; None where it passes MAX_DFA_STATES."""
     handle = new_builder(lib, nfa)

@@ -1,5 +1,7 @@
-"""A regex as a byte-level NFA (Thompson's construction over regex.tree's parse), in flat arrays
-that grammar/csrc/byte_dfa.c determinizes in time proportional to the DFA's transitions.
+"""A regex as a byte-level NFA (Thompson's construction over regex.tree's parse, in C:
+grammar/csrc/nfa_build.c), in flat arrays that grammar/csrc/byte_dfa.c determinizes in time
+proportional to the DFA's transitions. The parse goes to C as a prefix program (tree_program),
+bounded repetitions unexpanded.
 
 outlines-core determinizes a JSON schema's regex at tens of microseconds a state (and its tables
 are converted after); this construction is linear in the regex once its bounded repetitions are
@@ -13,17 +15,18 @@ Unsupported, and the caller keeps outlines-core's DFA: the same language either 
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
+from gdserve.grammar import native
 from gdserve.grammar.regex import tree as rt
 from gdserve.grammar.regex.syntax import _class_end
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
-FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex.tree's size) or more are built once and copied
 MAX_NFA_NODES = 4_000_000  # beyond this the regex is left to outlines-core (and its limits)
 _SIMPLE_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07}
 
@@ -70,148 +73,116 @@ def parse_indexed(pattern: str) -> rt.Node:
 
 
 def build_nfa(pattern: str) -> ByteNFA:
-    """The NFA of a `\\z`-anchored pattern; raises Unsupported."""
+    """The NFA of a `\\z`-anchored pattern; raises Unsupported (TooManyNodes past MAX_NFA_NODES),
+    and Unsupported where the native library is missing (the caller keeps outlines-core's DFA)."""
     try:
         tree = parse_indexed(pattern)
     except (rt.GrammarError, ValueError, IndexError) as e:
         raise Unsupported(str(e)) from None
-    builder = _Builder()
-    end = builder.add(tree, builder.new())
-    return builder.finish(0, end)
-
-
-@dataclass(frozen=True)
-class _Fragment:
-    """A subtree's nodes built once, numbered from its entry (0), copied wherever it recurs (a
-    bounded repetition's copies, the string and number patterns of every property)."""
-    num_nodes: int
-    exit: int
-    eps: np.ndarray    # int32 [E, 2]: source, target
-    edges: np.ndarray  # int32 [B, 4]: source, first byte, last byte, target
-
-
-class _Builder:
-    """Nodes are numbers; edges go to flat lists (one list per node would be a container per
-    node for the garbage collector to trace, which dominates on big regexes), and the copies
-    of big subtrees to arrays (_Fragment)."""
-
-    def __init__(self, fragments: dict[int, _Fragment] | None = None, root: rt.Node | None = None):
-        self.root = root  # the subtree a fragment builder builds (itself not a fragment)
-        self.num_nodes = 0
-        self.eps_src: list[int] = []
-        self.eps_dst: list[int] = []
-        self.edges: list[int] = []  # source, first byte, last byte, target; flat
-        self.copies: list[tuple[np.ndarray, np.ndarray]] = []  # fragments' eps and edges, renumbered
-        self.fragments = {} if fragments is None else fragments  # by id of the tree node
-
-    def new(self) -> int:
-        if self.num_nodes >= MAX_NFA_NODES:
+    lib = _library()
+    if lib is None:
+        raise Unsupported("the grammar's native library is not available")
+    prog, atom_ptr, atoms = tree_program(tree)
+    status, accept = ctypes.c_int32(), ctypes.c_int32()
+    handle = lib.nfa_build(_ptr(prog), _ptr(atom_ptr), _ptr(atoms), MAX_NFA_NODES, ctypes.byref(status),
+                           ctypes.byref(accept))
+    if not handle:
+        raise MemoryError("out of memory for a regex's NFA")
+    try:
+        if status.value == NFA_TOO_MANY_NODES:
             raise TooManyNodes(f"more than {MAX_NFA_NODES:,} NFA nodes")
-        self.num_nodes += 1
-        return self.num_nodes - 1
+        if status.value != 0:
+            raise MemoryError("out of memory for a regex's NFA")
+        eps_p, edges_p = ctypes.POINTER(ctypes.c_int32)(), ctypes.POINTER(ctypes.c_int32)()
+        num_eps, num_edges = ctypes.c_int64(), ctypes.c_int64()
+        num_nodes = lib.nfa_result(handle, ctypes.byref(eps_p), ctypes.byref(num_eps), ctypes.byref(edges_p),
+                                   ctypes.byref(num_edges))
+        eps = _copy_out(eps_p, num_eps.value, 2)
+        edges = _copy_out(edges_p, num_edges.value, 4)
+    finally:
+        lib.nfa_free(handle)
+    return assemble_nfa(num_nodes, eps, edges, 0, accept.value)
 
-    def eps(self, src: int, dst: int) -> None:
-        self.eps_src.append(src)
-        self.eps_dst.append(dst)
 
-    def add(self, node: rt.Node, start: int) -> int:
-        """Append node's fragment entered at `start` (which no fragment loops back to); returns
-        its end node."""
+OP_ATOM, OP_SEQ, OP_ALT, OP_REPEAT = range(4)
+NFA_TOO_MANY_NODES = -2
+
+
+def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(int32 program, int32 atom offsets, int32 atoms): nfa_build.c's input (its header comment)."""
+    prog: list[int] = []
+    atom_ids: dict[str, int] = {}
+    atom_ptr: list[int] = []
+    atoms: list[int] = []
+
+    def emit(node: rt.Node) -> None:
+        at = len(prog)
         if isinstance(node, rt.Atom):
-            return self._atom(node.text, start)
-        if node.size >= FRAGMENT_SIZE and node is not self.root:
-            return self._copy(self._fragment(node), start)
+            a = atom_ids.get(node.text)
+            if a is None:
+                a = atom_ids[node.text] = len(atom_ptr)
+                atom_ptr.append(len(atoms))
+                seqs = atom_sequences(node.text)
+                atoms.append(len(seqs))
+                for seq in seqs:
+                    atoms.append(len(seq))
+                    atoms.extend(b for pair in seq for b in pair)
+            prog.extend((OP_ATOM, a, 0, 4))
+            return
         if isinstance(node, rt.Seq):
-            for item in node.items:
-                start = self.add(item, start)
-            return start
-        if isinstance(node, rt.Alt):
-            end = self.new()
-            for option in node.options:
-                self.eps(self.add(option, start), end)
-            return end
-        return self._repeat(node, start)
+            prog.extend((OP_SEQ, len(node.items), 0, 0))
+            children = node.items
+        elif isinstance(node, rt.Alt):
+            prog.extend((OP_ALT, len(node.options), 0, 0))
+            children = node.options
+        else:
+            if node.hi is not None and node.hi < node.lo:
+                raise Unsupported("a repetition whose bounds are reversed")
+            prog.extend((OP_REPEAT, node.lo, -1 if node.hi is None else node.hi, 0))
+            children = (node.item,)
+        for child in children:
+            emit(child)
+        prog[at + 3] = len(prog) - at
 
-    def _repeat(self, node: rt.Repeat, start: int) -> int:
-        lo, hi = node.lo, node.hi
-        if hi is not None and hi < lo:
-            raise Unsupported("a repetition whose bounds are reversed")
-        for _ in range(lo if hi is not None or lo == 0 else lo - 1):
-            start = self.add(node.item, start)
-        if hi is None:  # a loop on a fresh entry, so nothing else shares its back edge
-            head = self.new()
-            self.eps(start, head)
-            tail = self.add(node.item, head)
-            self.eps(tail, head)
-            if lo == 0:
-                return head
-            end = self.new()
-            self.eps(tail, end)
-            return end
-        end = self.new()
-        for _ in range(hi - lo):
-            self.eps(start, end)
-            start = self.add(node.item, start)
-        self.eps(start, end)
-        return end
+    emit(tree)
+    return (np.array(prog, dtype=np.int32), np.array(atom_ptr or [0], dtype=np.int32),
+            np.array(atoms or [0], dtype=np.int32))
 
-    def _fragment(self, node: rt.Node) -> _Fragment:
-        out = self.fragments.get(id(node))
-        if out is None:
-            sub = _Builder(self.fragments, node)
-            exit_ = sub.add(node, sub.new())
-            eps, edges = sub.arrays()
-            out = self.fragments[id(node)] = _Fragment(sub.num_nodes, exit_, eps, edges)
-        return out
 
-    def _copy(self, fragment: _Fragment, start: int) -> int:
-        """Renumber the fragment's nodes: its entry is `start`, the rest new."""
-        base = self.num_nodes - 1
-        if self.num_nodes + fragment.num_nodes > MAX_NFA_NODES:
-            raise TooManyNodes(f"more than {MAX_NFA_NODES:,} NFA nodes")
-        self.num_nodes += fragment.num_nodes - 1
-        eps = fragment.eps + base
-        eps[fragment.eps == 0] = start
-        edges = fragment.edges.copy()
-        for col in (0, 3):
-            edges[:, col] += base
-            edges[fragment.edges[:, col] == 0, col] = start
-        self.copies.append((eps, edges))
-        return start if fragment.exit == 0 else fragment.exit + base
+def assemble_nfa(num_nodes: int, eps: np.ndarray, edges: np.ndarray, start: int, accept: int) -> ByteNFA:
+    """The ByteNFA of int32 [E, 2] epsilon edges (source, target) and [B, 4] byte edges (source,
+    first byte, last byte, target): byte classes and CSR form."""
+    bounds = np.union1d([0, 256], np.concatenate([edges[:, 1], edges[:, 2] + 1]))
+    class_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)).astype(np.uint8)
+    eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], num_nodes)
+    edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), num_nodes)
+    edges = edges[order]
+    return ByteNFA(start, accept, eps_ptr, eps_to, edge_ptr, class_of[edges[:, 1]].astype(np.int32),
+                   class_of[edges[:, 2]].astype(np.int32), np.ascontiguousarray(edges[:, 3]), class_of)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(int32 [E, 2] epsilon edges, int32 [B, 4] byte edges) of everything built."""
-        eps = np.array([self.eps_src, self.eps_dst], dtype=np.int32).T.reshape(-1, 2)
-        edges = np.array(self.edges, dtype=np.int32).reshape(-1, 4)
-        return (np.concatenate([eps, *(c[0] for c in self.copies)]),
-                np.concatenate([edges, *(c[1] for c in self.copies)]))
 
-    def _atom(self, text: str, start: int) -> int:
-        """The atom's UTF-8 sequences with their common suffixes shared (as regex-automata's
-        UTF-8 compiler does): the bytes left of a character lead to one node whatever its
-        first bytes were, so the DFA needs no state per first byte."""
-        end = self.new()
-        edges, suffix = self.edges, {}
-        for seq in atom_sequences(text):
-            at = end
-            for lo, hi in reversed(seq[1:]):
-                node = suffix.get((lo, hi, at))
-                if node is None:
-                    node = suffix[lo, hi, at] = self.new()
-                    edges += (node, lo, hi, at)
-                at = node
-            edges += (start, *seq[0], at)
-        return end
+@cache
+def _library() -> ctypes.CDLL | None:
+    lib = native.library()
+    if lib is not None:
+        p, i32 = ctypes.c_void_p, ctypes.c_int32
+        lib.nfa_build.argtypes = [p, p, p, i32, p, p]
+        lib.nfa_build.restype = p
+        lib.nfa_result.argtypes = [p, p, p, p, p]
+        lib.nfa_result.restype = i32
+        lib.nfa_free.argtypes = [p]
+        lib.nfa_free.restype = None
+    return lib
 
-    def finish(self, start: int, accept: int) -> ByteNFA:
-        eps, edges = self.arrays()
-        bounds = np.union1d([0, 256], np.concatenate([edges[:, 1], edges[:, 2] + 1]))
-        class_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)).astype(np.uint8)
-        eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], self.num_nodes)
-        edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), self.num_nodes)
-        edges = edges[order]
-        return ByteNFA(start, accept, eps_ptr, eps_to, edge_ptr, class_of[edges[:, 1]].astype(np.int32),
-                       class_of[edges[:, 2]].astype(np.int32), np.ascontiguousarray(edges[:, 3]), class_of)
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def _copy_out(ptr, count: int, width: int) -> np.ndarray:
+    if not count:
+        return np.zeros((0, width), dtype=np.int32)
+    return np.ctypeslib.as_array(ptr, shape=(count * width,)).reshape(count, width).copy()
 
 
 def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gdserve.grammar.regex.nfa import Unsupported, build_nfa, utf8_sequences
+from gdserve.grammar.regex.nfa import TooManyNodes, Unsupported, build_nfa, utf8_sequences
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json.schema import compile_json_schema
-from gdserve.grammar.token_index import build_byte_dfa, indexed_pattern, mask_library, outlines_byte_dfa
+from gdserve.grammar.token_index import build_byte_dfa, determinize, indexed_pattern, mask_library, outlines_byte_dfa
 
 from tests.grammar.dfa_check import equivalent
 from tests.grammar.json.test_schema import MASKBENCH
+from tests.grammar.regex.nfa_oracle import oracle_nfa
 
 SCHEMAS = Path(__file__).parents[3] / "schemas"
 REGEXES = [r"a|ab", r"(a?)*b{2,4}", r"x{2,}y|x{0}", r"", r"(|a)(b|)", r".", r"[^\"\\\x00-\x1f]{0,5}",
@@ -112,3 +113,21 @@ def test_distances_are_exact_on_every_state():
     ours = build_byte_dfa(indexed_pattern(regex))
     fresh = type(ours)(ours.classes, ours.trans, ours.final, ours.start)  # distances by the table's sweep
     assert np.array_equal(ours.distance, fresh.distance)
+
+
+def test_native_construction_builds_the_oracles_nfa():
+    """nfa_build.c's NFA has the Python construction's node and edge counts and its language (the
+    same subset construction from both), on the dialect and on the schemas' regexes (bounded
+    repetitions of big subtrees among them)."""
+    lib = mask_library()
+    for regex in REGEXES + [regex for _, regex in schema_regexes()][:40]:
+        pattern = indexed_pattern(regex)
+        ours, oracle = build_nfa(pattern), oracle_nfa(pattern)
+        assert (ours.num_nodes, len(ours.eps_to), len(ours.edge_to)) == \
+            (oracle.num_nodes, len(oracle.eps_to), len(oracle.edge_to)), regex
+        assert equivalent(determinize(lib, ours), determinize(lib, oracle)), regex
+
+
+def test_too_many_nodes_is_refused_by_size():
+    with pytest.raises(TooManyNodes):
+        build_nfa(indexed_pattern("([a-z]{1,500}){1,10000}"))

@@ -1,0 +1,172 @@
+/* Thompson's construction of a regex's byte NFA from its parse (grammar/regex/nfa.py), with
+ * bounded repetitions written out here: the tree arrives as a prefix program of int32, each node
+ * a header (op, x, y, its length in the program with its children) and its children:
+ *   ATOM a 0          the atom's UTF-8 byte-range sequences (atoms[atom_ptr[a]..])
+ *   SEQ n 0 <n nodes>   ALT n 0 <n nodes>   REPEAT lo hi <node>   (hi -1: unbounded)
+ * and an atom as: nseq, then per sequence its length and (lo, hi) byte pairs.
+ * The result: num_nodes, epsilon edges (src, dst) and byte edges (src, lo, hi, dst), the same
+ * graph regex/nfa.py's Python construction builds (its node numbers may differ). */
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3 };
+enum { NFA_OK = 0, NFA_NO_MEMORY = -1, NFA_TOO_MANY_NODES = -2 };
+
+typedef struct {
+    int32_t *data;
+    int64_t len, cap;
+} vec32;
+
+typedef struct {
+    const int32_t *prog, *atom_ptr, *atoms;
+    int32_t max_nodes, num_nodes;
+    int status;
+    vec32 eps, edges, suffix; /* suffix: an atom's shared tails, (lo, hi, to, node) */
+} nfa_builder;
+
+static void push(nfa_builder *b, vec32 *v, const int32_t *xs, int n) {
+    if (b->status) return;
+    if (v->len + n > v->cap) {
+        int64_t cap = v->cap ? 2 * v->cap : 1024;
+        while (cap < v->len + n) cap *= 2;
+        int32_t *data = realloc(v->data, cap * sizeof(int32_t));
+        if (!data) { b->status = NFA_NO_MEMORY; return; }
+        v->data = data;
+        v->cap = cap;
+    }
+    for (int i = 0; i < n; i++) v->data[v->len++] = xs[i];
+}
+
+static int32_t new_node(nfa_builder *b) {
+    if (b->num_nodes >= b->max_nodes) { b->status = NFA_TOO_MANY_NODES; return 0; }
+    return b->num_nodes++;
+}
+
+static void eps(nfa_builder *b, int32_t src, int32_t dst) {
+    int32_t e[2] = {src, dst};
+    push(b, &b->eps, e, 2);
+}
+
+static void edge(nfa_builder *b, int32_t src, int32_t lo, int32_t hi, int32_t dst) {
+    int32_t e[4] = {src, lo, hi, dst};
+    push(b, &b->edges, e, 4);
+}
+
+/* The atom's sequences from `start`; common suffixes lead to shared nodes, so the bytes left of
+ * a character reach one node whatever its first bytes were. */
+static int32_t atom(nfa_builder *b, int32_t a, int32_t start) {
+    const int32_t *p = b->atoms + b->atom_ptr[a];
+    int32_t end = new_node(b), nseq = *p++;
+    b->suffix.len = 0;
+    for (int32_t s = 0; s < nseq && !b->status; s++) {
+        int32_t len = *p++, at = end;
+        for (int32_t k = len - 1; k >= 1; k--) {
+            int32_t lo = p[2 * k], hi = p[2 * k + 1], node = -1;
+            for (int64_t j = 0; j < b->suffix.len; j += 4) {
+                const int32_t *t = b->suffix.data + j;
+                if (t[0] == lo && t[1] == hi && t[2] == at) { node = t[3]; break; }
+            }
+            if (node < 0) {
+                node = new_node(b);
+                int32_t t[4] = {lo, hi, at, node};
+                push(b, &b->suffix, t, 4);
+                edge(b, node, lo, hi, at);
+            }
+            at = node;
+        }
+        edge(b, start, p[0], p[1], at);
+        p += 2 * len;
+    }
+    return end;
+}
+
+static int64_t skip(const int32_t *prog, int64_t pc) { return pc + prog[pc + 3]; }
+
+static int32_t build(nfa_builder *b, int64_t pc, int32_t start);
+
+static int32_t repeat(nfa_builder *b, int64_t pc, int32_t start) {
+    int32_t lo = b->prog[pc + 1], hi = b->prog[pc + 2];
+    int64_t item = pc + 4;
+    int32_t copies = (hi >= 0 || lo == 0) ? lo : lo - 1;
+    for (int32_t i = 0; i < copies && !b->status; i++) start = build(b, item, start);
+    if (hi < 0) { /* a loop on a fresh entry, so nothing else shares its back edge */
+        int32_t head = new_node(b);
+        eps(b, start, head);
+        int32_t tail = build(b, item, head);
+        eps(b, tail, head);
+        if (lo == 0) return head;
+        int32_t end = new_node(b);
+        eps(b, tail, end);
+        return end;
+    }
+    int32_t end = new_node(b);
+    for (int32_t i = 0; i < hi - lo && !b->status; i++) {
+        eps(b, start, end);
+        start = build(b, item, start);
+    }
+    eps(b, start, end);
+    return end;
+}
+
+static int32_t build(nfa_builder *b, int64_t pc, int32_t start) {
+    if (b->status) return 0;
+    const int32_t *prog = b->prog;
+    switch (prog[pc]) {
+    case OP_ATOM: return atom(b, prog[pc + 1], start);
+    case OP_REPEAT: return repeat(b, pc, start);
+    case OP_SEQ: {
+        int32_t n = prog[pc + 1];
+        pc += 4;
+        for (int32_t i = 0; i < n && !b->status; i++) {
+            start = build(b, pc, start);
+            pc = skip(prog, pc);
+        }
+        return start;
+    }
+    default: { /* OP_ALT */
+        int32_t n = prog[pc + 1], end = new_node(b);
+        pc += 4;
+        for (int32_t i = 0; i < n && !b->status; i++) {
+            eps(b, build(b, pc, start), end);
+            pc = skip(prog, pc);
+        }
+        return end;
+    }
+    }
+}
+
+/* Builds the NFA of `prog` (start node 0); returns a handle for nfa_result / nfa_free, or NULL
+ * where memory ran out before any. *status: NFA_OK, NFA_NO_MEMORY or NFA_TOO_MANY_NODES. */
+void *nfa_build(const int32_t *prog, const int32_t *atom_ptr, const int32_t *atoms, int32_t max_nodes,
+                int32_t *status, int32_t *accept) {
+    nfa_builder *b = calloc(1, sizeof(nfa_builder));
+    if (!b) { *status = NFA_NO_MEMORY; return NULL; }
+    b->prog = prog;
+    b->atom_ptr = atom_ptr;
+    b->atoms = atoms;
+    b->max_nodes = max_nodes;
+    int32_t start = new_node(b);
+    *accept = build(b, 0, start);
+    *status = b->status;
+    return b;
+}
+
+/* The built NFA's node count; its edges through the pointers (valid until nfa_free). */
+int32_t nfa_result(void *handle, const int32_t **eps_out, int64_t *num_eps, const int32_t **edges_out,
+                   int64_t *num_edges) {
+    nfa_builder *b = handle;
+    *eps_out = b->eps.data;
+    *num_eps = b->eps.len / 2;
+    *edges_out = b->edges.data;
+    *num_edges = b->edges.len / 4;
+    return b->num_nodes;
+}
+
+void nfa_free(void *handle) {
+    nfa_builder *b = handle;
+    if (!b) return;
+    free(b->eps.data);
+    free(b->edges.data);
+    free(b->suffix.data);
+    free(b);
+}
