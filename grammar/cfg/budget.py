@@ -50,13 +50,15 @@ def inside_groups(grammar, lex: int) -> InsideGroups:
     for crossing in exp.crossings.values():
         grouped[_subtree_tokens(grammar, crossing.roots)] = False
     ids = np.flatnonzero(grouped)
+    if not len(ids):
+        return InsideGroups([], NO_GROUPS)
     order = np.argsort(ends[ids], kind="stable")
     ids, keys = ids[order], ends[ids][order]
     cuts = np.flatnonzero(np.diff(keys)) + 1
-    words = np.zeros((len(cuts) + 1 if len(ids) else 0, len(exp.inside)), dtype=np.uint32)
-    for g, part in enumerate(np.split(ids, cuts) if len(ids) else []):
+    words = np.zeros((len(cuts) + 1, len(exp.inside)), dtype=np.uint32)
+    for g, part in enumerate(np.split(ids, cuts)):
         set_bits(words[g], part)
-    return InsideGroups(keys[np.concatenate([[0], cuts])].tolist() if len(ids) else [], words)
+    return InsideGroups(keys[np.concatenate([[0], cuts])].tolist(), words)
 
 
 def _subtree_tokens(grammar, roots: np.ndarray) -> np.ndarray:
