@@ -152,8 +152,11 @@ def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def assemble_nfa(num_nodes: int, eps: np.ndarray, edges: np.ndarray, start: int, accept: int) -> ByteNFA:
     """The ByteNFA of int32 [E, 2] epsilon edges (source, target) and [B, 4] byte edges (source,
     first byte, last byte, target): byte classes and CSR form."""
-    bounds = np.union1d([0, 256], np.concatenate([edges[:, 1], edges[:, 2] + 1]))
-    class_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)).astype(np.uint8)
+    starts = np.zeros(257, dtype=bool)  # where a byte class starts: 0, each range's first byte and the byte past it
+    starts[[0, 256]] = True
+    starts[edges[:, 1]] = True
+    starts[edges[:, 2] + 1] = True
+    class_of = (np.cumsum(starts[:256]) - 1).astype(np.uint8)
     eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], num_nodes)
     edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), num_nodes)
     edges = edges[order]
