@@ -3,13 +3,14 @@
  * a header (op, x, y, its length in the program with its children) and its children:
  *   ATOM a 0          the atom's UTF-8 byte-range sequences (atoms[atom_ptr[a]..])
  *   SEQ n 0 <n nodes>   ALT n 0 <n nodes>   REPEAT lo hi <node>   (hi -1: unbounded)
+ *   REF at 0          the node at program index `at` again (a subtree the parse shares)
  * and an atom as: nseq, then per sequence its length and (lo, hi) byte pairs.
  * The result: num_nodes, epsilon edges (src, dst) and byte edges (src, lo, hi, dst), the same
  * graph regex/nfa.py's Python construction builds (its node numbers may differ). */
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3 };
+enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3, OP_REF = 4 };
 enum { NFA_OK = 0, NFA_NO_MEMORY = -1, NFA_TOO_MANY_NODES = -2 };
 
 typedef struct {
@@ -114,6 +115,7 @@ static int32_t build(nfa_builder *b, int64_t pc, int32_t start) {
     switch (prog[pc]) {
     case OP_ATOM: return atom(b, prog[pc + 1], start);
     case OP_REPEAT: return repeat(b, pc, start);
+    case OP_REF: return build(b, prog[pc + 1], start);
     case OP_SEQ: {
         int32_t n = prog[pc + 1];
         pc += 4;

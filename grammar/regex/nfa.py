@@ -104,13 +104,14 @@ def build_nfa(pattern: str) -> ByteNFA:
     return assemble_nfa(num_nodes, eps, edges, 0, accept.value)
 
 
-OP_ATOM, OP_SEQ, OP_ALT, OP_REPEAT = range(4)
+OP_ATOM, OP_SEQ, OP_ALT, OP_REPEAT, OP_REF = range(5)
 NFA_TOO_MANY_NODES = -2
 
 
 def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(int32 program, int32 atom offsets, int32 atoms): nfa_build.c's input (its header comment)."""
     prog: list[int] = []
+    emitted: dict[int, int] = {}  # id of a composite node -> where it was emitted (the parse shares subtrees)
     atom_ids: dict[str, int] = {}
     atom_ptr: list[int] = []
     atoms: list[int] = []
@@ -129,6 +130,10 @@ def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                     atoms.extend(b for pair in seq for b in pair)
             prog.extend((OP_ATOM, a, 0, 4))
             return
+        if id(node) in emitted:
+            prog.extend((OP_REF, emitted[id(node)], 0, 4))
+            return
+        emitted[id(node)] = at
         if isinstance(node, rt.Seq):
             prog.extend((OP_SEQ, len(node.items), 0, 0))
             children = node.items
