@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import torch
@@ -42,9 +42,16 @@ MAX_SEARCH_TRIES = 16 * MAX_SEARCH_STEPS  # bytes tried, taken or not (most are 
 # zero after the other digits (trailing zeros of a fraction or leading zeros of an exponent spell
 # the same number again, without end).
 _SEARCH_ORDER = tuple(dict.fromkeys([*b'",]}1234567890', *range(97, 123), *range(65, 91), *range(256)]))
-MAX_CACHED_VIABILITY = 4096  # viability answers a matcher keeps (many tokens lead to one scan)
+MAX_CACHED_VIABILITY = 1 << 15  # viability answers a grammar keeps for its matchers (many tokens lead to one scan)
+MAX_CACHED_NEXT_BYTES = 1 << 16  # (state, byte order) -> the bytes a state reads, in that order
 _UNSEARCHED = object()
 _VOCAB_TABLES: dict[str, "_VocabTables"] = {}
+
+
+@lru_cache(maxsize=1024)
+def _search_order_with_last(last: frozenset[int]) -> tuple[int, ...]:
+    """_SEARCH_ORDER with the bytes `last` moved to its end (one tuple per set: see next_bytes)."""
+    return tuple(b for b in _SEARCH_ORDER if b not in last) + tuple(b for b in _SEARCH_ORDER if b in last)
 
 
 def with_unique_items(grammar: Grammar | CfgGrammar, schema: object, pointers: list[str]) -> "UniqueItemsGrammar":
@@ -61,6 +68,17 @@ class UniqueItemsGrammar:
 
     def matcher(self) -> "UniqueItemsMatcher":
         return UniqueItemsMatcher(self)
+
+    @cached_property
+    def needs(self) -> BoundedCache[tuple, int | None]:
+        """(automaton state, scan) -> the viability search's answer without a budget: a scan is
+        all a matcher's uniqueness state, so the grammar's matchers share the answers."""
+        return BoundedCache(MAX_CACHED_VIABILITY)
+
+    @cached_property
+    def viability(self) -> BoundedCache[tuple, bool]:
+        """(automaton state, scan, budget) -> whether a bounded search found a new value."""
+        return BoundedCache(MAX_CACHED_VIABILITY)
 
     @cached_property
     def byte_walk(self) -> "_ByteWalk":
@@ -114,22 +132,22 @@ class _ByteWalk:
     def __init__(self, grammar: Grammar | CfgGrammar):
         self.grammar = grammar
         self.cfg = isinstance(grammar, CfgGrammar)
-        self._next_bytes: dict[int, tuple[int, ...]] = {}  # per state, in _SEARCH_ORDER
+        self._next_bytes: BoundedCache[tuple, tuple] = BoundedCache(MAX_CACHED_NEXT_BYTES)  # see next_bytes
 
     def next_bytes(self, state, order: tuple[int, ...]) -> tuple[int, ...]:
         """The bytes of `order` that the automaton may read from `state`: those of a regex
-        automaton's row (cached per state for the usual order); every byte for a grammar."""
+        automaton's row, cached per (state, order); every byte for a grammar. An order is keyed
+        by identity: callers reuse one tuple per order (_byte_order's, _SEARCH_ORDER)."""
         if self.cfg:
             return order
-        if order is _SEARCH_ORDER and state in self._next_bytes:
-            return self._next_bytes[state]
-        dfa = self.grammar.index.dfa
-        dfa.prepare(state, 1)
-        readable = (dfa.trans[state][dfa.classes] != dfa.dead).tolist()
-        out = tuple(b for b in order if readable[b])
-        if order is _SEARCH_ORDER:
-            self._next_bytes[state] = out
-        return out
+        key = (state, id(order))
+        out = self._next_bytes.get(key)
+        if out is None or out[0] is not order:
+            dfa = self.grammar.index.dfa
+            dfa.prepare(state, 1)
+            readable = (dfa.trans[state][dfa.classes] != dfa.dead).tolist()
+            out = self._next_bytes.put(key, (order, tuple(b for b in order if readable[b])))
+        return out[1]
 
     def step(self, state, data: bytes):
         if self.cfg:
@@ -155,8 +173,8 @@ class UniqueItemsMatcher:
         self.trie: TokenTrie = grammar.base.trie if self.walk.cfg else grammar.base.index.trie
         self.tables = _VocabTables.of(self.trie)
         self._scans: list[Scan] = [Scan()]
-        self._needs: BoundedCache[tuple, int | None] = BoundedCache(MAX_CACHED_VIABILITY)  # (state, scan) -> _search's
-        self._viability: BoundedCache[tuple, bool] = BoundedCache(MAX_CACHED_VIABILITY)  # (state, scan, budget) -> found
+        self._needs = grammar.needs
+        self._viability = grammar.viability
 
     # ---- the grammar contract ------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -296,9 +314,7 @@ class UniqueItemsMatcher:
         follow = {json.dumps(value[len(chars)], ensure_ascii=False)[1:-1].encode()[0]
                   for kind, value in scan.seen
                   if kind == "string" and len(value) > len(chars) and value.startswith(chars)}
-        if not follow:
-            return _SEARCH_ORDER
-        return tuple(b for b in _SEARCH_ORDER if b not in follow) + tuple(b for b in _SEARCH_ORDER if b in follow)
+        return _search_order_with_last(frozenset(follow)) if follow else _SEARCH_ORDER
 
     def _settled(self, start: Scan, scan: Scan) -> bool:
         """Whether the item owed at `start` is done in `scan` as a new value, or can only end as
