@@ -24,7 +24,8 @@ import torch
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.cfg.budget import InsideGroups, NextCompletions, inside_groups, next_completions
-from gdserve.grammar.cfg.complete import search_completion, shortest_completion, spelling_by_distance
+from gdserve.grammar.cfg.complete import (depth_first_completion, search_completion, shortest_completion,
+                                          spelling_by_distance)
 from gdserve.grammar.cfg.lexer import Lexer
 from gdserve.grammar.cfg.masks import Expansion, MaskStore
 from gdserve.grammar.cfg.parser import LalrParser, Stack
@@ -292,6 +293,20 @@ class CfgGrammar:
                 self._remember(state, shortest_completion(self, state))
         return self._completions[state]
 
+    def closing_completion(self, state: CfgStates) -> bytes | None:
+        """A completion of a state whose bounded search found none within reach (it gave up, as
+        inside an object open to any key, where every short text is a new state): the
+        depth-first search's, which closes what is open first (not the shortest), cached as the
+        state's; None where that finds none either."""
+        if self._completions.get(state) is None:
+            with unit_of_work():
+                path = depth_first_completion(self, state)
+            if path is None:
+                self._completions.put(state, None)
+                return None
+            self._remember(state, path)
+        return self._completions[state]
+
     def _remember(self, state: CfgStates, path: bytes | None) -> None:
         """Cache a state's completion, and the rest of it for each state along the way (later
         searches that reach one of them stop there: without them, searches from states near a
@@ -383,7 +398,8 @@ class CfgGrammar:
         if budget >= self.closing_zone:
             return full.row
         # A bounded search: an unbounded one can take seconds where no short completion exists.
-        own = self.completion_within(state, budget + self.closing_window) or self.completion(state)
+        own = (self.completion_within(state, budget + self.closing_window) or self.known_completion(state)
+               or self.closing_completion(state))
         if own is None or len(own) + self.closing_window <= budget:
             return full.row
         closing = self.next_completions(state, budget)
