@@ -313,10 +313,22 @@ class CfgGrammar:
         long completion's path give up where they would have found it, and rows go unchecked)."""
         self._completions.put(state, path)
         for i in range(len(path or b"") - 1):
-            state = self.advance(state, path[i:i + 1])
+            state = self._byte_step(state, path[i])
             if state is None:
                 return
             self.inherit_completion(state, path[i + 1:])
+
+    @cached_property
+    def _byte_steps(self) -> BoundedCache[tuple[CfgStates, int], CfgStates | None]:
+        return BoundedCache(MAX_CACHED_STEPS)
+
+    def _byte_step(self, state: CfgStates, byte: int) -> CfgStates | None:
+        """advance over one byte, cached per (state, byte): completions found from different
+        states soon run along the same states (the closing brackets of one structure)."""
+        key = (state, byte)
+        if key in self._byte_steps:
+            return self._byte_steps[key]
+        return self._byte_steps.put(key, self.advance(state, bytes((byte,))))
 
     def known_completion(self, state: CfgStates) -> bytes | None:
         """The completion of `state` found so far, if any (no search)."""
