@@ -164,6 +164,41 @@ int32_t nfa_result(void *handle, const int32_t **eps_out, int64_t *num_eps, cons
     return b->num_nodes;
 }
 
+/* The built NFA in ByteNFA's form, into the caller's arrays: class_of [256] (bytes grouped where
+ * no edge tells them apart), epsilon and byte edges grouped by source in insertion order
+ * (eps_ptr, edge_ptr [num_nodes + 1]), byte edges' ranges as classes. */
+void nfa_csr(void *handle, uint8_t *class_of, int32_t *eps_ptr, int32_t *eps_to, int32_t *edge_ptr,
+             int32_t *edge_lo, int32_t *edge_hi, int32_t *edge_to) {
+    nfa_builder *b = handle;
+    int32_t n = b->num_nodes;
+    int64_t num_eps = b->eps.len / 2, num_edges = b->edges.len / 4;
+    const int32_t *eps = b->eps.data, *edges = b->edges.data;
+    uint8_t starts[257] = {0};
+    starts[0] = starts[256] = 1;
+    for (int64_t i = 0; i < num_edges; i++) starts[edges[4 * i + 1]] = starts[edges[4 * i + 2] + 1] = 1;
+    int32_t cls = -1;
+    for (int c = 0; c < 256; c++) class_of[c] = (uint8_t)(cls += starts[c]);
+    for (int32_t v = 0; v <= n; v++) eps_ptr[v] = edge_ptr[v] = 0;
+    for (int64_t i = 0; i < num_eps; i++) eps_ptr[eps[2 * i] + 1]++;
+    for (int64_t i = 0; i < num_edges; i++) edge_ptr[edges[4 * i] + 1]++;
+    for (int32_t v = 0; v < n; v++) {
+        eps_ptr[v + 1] += eps_ptr[v];
+        edge_ptr[v + 1] += edge_ptr[v];
+    }
+    for (int64_t i = 0; i < num_eps; i++) eps_to[eps_ptr[eps[2 * i]]++] = eps[2 * i + 1];
+    for (int64_t i = 0; i < num_edges; i++) {
+        int32_t at = edge_ptr[edges[4 * i]]++;
+        edge_lo[at] = class_of[edges[4 * i + 1]];
+        edge_hi[at] = class_of[edges[4 * i + 2]];
+        edge_to[at] = edges[4 * i + 3];
+    }
+    for (int32_t v = n; v > 0; v--) { /* each pointer moved to its group's end: shift back */
+        eps_ptr[v] = eps_ptr[v - 1];
+        edge_ptr[v] = edge_ptr[v - 1];
+    }
+    eps_ptr[0] = edge_ptr[0] = 0;
+}
+
 void nfa_free(void *handle) {
     nfa_builder *b = handle;
     if (!b) return;

@@ -97,11 +97,14 @@ def build_nfa(pattern: str) -> ByteNFA:
         num_eps, num_edges = ctypes.c_int64(), ctypes.c_int64()
         num_nodes = lib.nfa_result(handle, ctypes.byref(eps_p), ctypes.byref(num_eps), ctypes.byref(edges_p),
                                    ctypes.byref(num_edges))
-        eps = _copy_out(eps_p, num_eps.value, 2)
-        edges = _copy_out(edges_p, num_edges.value, 4)
+        class_of = np.empty(256, dtype=np.uint8)
+        eps_ptr, edge_ptr = np.empty(num_nodes + 1, dtype=np.int32), np.empty(num_nodes + 1, dtype=np.int32)
+        eps_to = np.empty(num_eps.value, dtype=np.int32)
+        edge_lo, edge_hi, edge_to = (np.empty(num_edges.value, dtype=np.int32) for _ in range(3))
+        lib.nfa_csr(handle, *map(_ptr, (class_of, eps_ptr, eps_to, edge_ptr, edge_lo, edge_hi, edge_to)))
     finally:
         lib.nfa_free(handle)
-    return assemble_nfa(num_nodes, eps, edges, 0, accept.value)
+    return ByteNFA(0, accept.value, eps_ptr, eps_to, edge_ptr, edge_lo, edge_hi, edge_to, class_of)
 
 
 OP_ATOM, OP_SEQ, OP_ALT, OP_REPEAT, OP_REF = range(5)
@@ -154,21 +157,6 @@ def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.array(atoms or [0], dtype=np.int32))
 
 
-def assemble_nfa(num_nodes: int, eps: np.ndarray, edges: np.ndarray, start: int, accept: int) -> ByteNFA:
-    """The ByteNFA of int32 [E, 2] epsilon edges (source, target) and [B, 4] byte edges (source,
-    first byte, last byte, target): byte classes and CSR form."""
-    starts = np.zeros(257, dtype=bool)  # where a byte class starts: 0, each range's first byte and the byte past it
-    starts[[0, 256]] = True
-    starts[edges[:, 1]] = True
-    starts[edges[:, 2] + 1] = True
-    class_of = (np.cumsum(starts[:256]) - 1).astype(np.uint8)
-    eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], num_nodes)
-    edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), num_nodes)
-    edges = edges[order]
-    return ByteNFA(start, accept, eps_ptr, eps_to, edge_ptr, class_of[edges[:, 1]].astype(np.int32),
-                   class_of[edges[:, 2]].astype(np.int32), np.ascontiguousarray(edges[:, 3]), class_of)
-
-
 @cache
 def _library() -> ctypes.CDLL | None:
     lib = native.library()
@@ -178,6 +166,8 @@ def _library() -> ctypes.CDLL | None:
         lib.nfa_build.restype = p
         lib.nfa_result.argtypes = [p, p, p, p, p]
         lib.nfa_result.restype = i32
+        lib.nfa_csr.argtypes = [p] * 8
+        lib.nfa_csr.restype = None
         lib.nfa_free.argtypes = [p]
         lib.nfa_free.restype = None
     return lib
@@ -185,19 +175,6 @@ def _library() -> ctypes.CDLL | None:
 
 def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
-
-
-def _copy_out(ptr, count: int, width: int) -> np.ndarray:
-    if not count:
-        return np.zeros((0, width), dtype=np.int32)
-    return np.ctypeslib.as_array(ptr, shape=(count * width,)).reshape(count, width).copy()
-
-
-def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(int32 [n + 1] offsets, int32 targets grouped by source) of the edges src -> dst."""
-    ptr = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-    return ptr, np.ascontiguousarray(dst[np.argsort(src, kind="stable")], dtype=np.int32)
 
 
 @lru_cache(maxsize=4096)

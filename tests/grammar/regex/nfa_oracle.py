@@ -5,8 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gdserve.grammar.regex import tree as rt
-from gdserve.grammar.regex.nfa import (MAX_NFA_NODES, ByteNFA, TooManyNodes, Unsupported, assemble_nfa,
-                                       atom_sequences, parse_indexed)
+from gdserve.grammar.regex.nfa import MAX_NFA_NODES, ByteNFA, TooManyNodes, Unsupported, atom_sequences, parse_indexed
 
 FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex.tree's size) or more are built once and copied
 
@@ -141,3 +140,25 @@ class _Builder:
                 at = node
             edges += (start, *seq[0], at)
         return end
+
+
+def assemble_nfa(num_nodes: int, eps: np.ndarray, edges: np.ndarray, start: int, accept: int) -> ByteNFA:
+    """The ByteNFA of int32 [E, 2] epsilon edges (source, target) and [B, 4] byte edges (source,
+    first byte, last byte, target): byte classes and CSR form."""
+    starts = np.zeros(257, dtype=bool)  # where a byte class starts: 0, each range's first byte and the byte past it
+    starts[[0, 256]] = True
+    starts[edges[:, 1]] = True
+    starts[edges[:, 2] + 1] = True
+    class_of = (np.cumsum(starts[:256]) - 1).astype(np.uint8)
+    eps_ptr, eps_to = _csr(eps[:, 0], eps[:, 1], num_nodes)
+    edge_ptr, order = _csr(edges[:, 0], np.arange(len(edges), dtype=np.int32), num_nodes)
+    edges = edges[order]
+    return ByteNFA(start, accept, eps_ptr, eps_to, edge_ptr, class_of[edges[:, 1]].astype(np.int32),
+                   class_of[edges[:, 2]].astype(np.int32), np.ascontiguousarray(edges[:, 3]), class_of)
+
+
+def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 [n + 1] offsets, int32 targets grouped by source) of the edges src -> dst."""
+    ptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    return ptr, np.ascontiguousarray(dst[np.argsort(src, kind="stable")], dtype=np.int32)

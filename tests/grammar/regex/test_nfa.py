@@ -125,6 +125,7 @@ def test_native_construction_builds_the_oracles_nfa():
         ours, oracle = build_nfa(pattern), oracle_nfa(pattern)
         assert (ours.num_nodes, len(ours.eps_to), len(ours.edge_to)) == \
             (oracle.num_nodes, len(oracle.eps_to), len(oracle.edge_to)), regex
+        assert np.array_equal(ours.class_of, oracle.class_of), regex
         assert equivalent(determinize(lib, ours), determinize(lib, oracle)), regex
 
 
