@@ -16,6 +16,7 @@ Unsupported, and the caller keeps outlines-core's DFA: the same language either 
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -29,6 +30,9 @@ MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
 MAX_NFA_NODES = 4_000_000  # beyond this the regex is left to outlines-core (and its limits)
 _SIMPLE_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07}
+
+
+_INDEXED = re.compile(r"(\\x\{[0-9A-F]+\})\(\?:(.*)\)\\z", re.S)  # token_index.indexed_pattern's form
 
 
 class Unsupported(Exception):
@@ -64,7 +68,12 @@ class ByteNFA:
 
 
 def parse_indexed(pattern: str) -> rt.Node:
-    """The tree of a pattern that ends in `\\z` (a full match), without the `\\z`."""
+    """The tree of a pattern that ends in `\\z` (a full match), without the `\\z`. One in
+    token_index.indexed_pattern's form (a sentinel, then the regex as a group) parses its regex
+    alone: the same tree, and one that regex.tree has cached (a JSON Schema's size check parsed it)."""
+    indexed = _INDEXED.fullmatch(pattern)
+    if indexed:
+        return rt.Seq((rt.Atom(indexed.group(1)), rt.parse(indexed.group(2))))
     node = rt.parse(pattern)
     items = node.items if isinstance(node, rt.Seq) else (node,)
     if not items or not isinstance(items[-1], rt.Atom) or items[-1].text != "\\z":

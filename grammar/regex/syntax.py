@@ -92,9 +92,22 @@ def prepare_regex(pattern: str) -> str:
         if m := construct.search(skel):
             raise GrammarError(f"regex {pattern!r}: {what} are not supported "
                                f"(at position {m.start()}: {pattern[m.start():m.end() + 8]!r})")
+    _check_groups(pattern, skel)
     for m in reversed(list(re.finditer(r"\{,", skel))):
         pattern = pattern[:m.start()] + "{0," + pattern[m.end():]
     return pattern
+
+
+def _check_groups(pattern: str, skel: str) -> None:
+    """GrammarError for a parenthesis without its partner (the regex is later wrapped in a group,
+    where a stray `)` would close that group and change the language instead of failing)."""
+    depth = 0
+    for i, c in enumerate(skel):
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            raise GrammarError(f"cannot compile regex {pattern!r}: unbalanced ')' at position {i}")
+    if depth:
+        raise GrammarError(f"cannot compile regex {pattern!r}: {depth} '(' not closed")
 
 
 def explain_index_error(pattern: str, error: Exception) -> GrammarError:

@@ -44,6 +44,19 @@ def test_no_false_alarms_inside_classes_or_escapes(pattern):
     assert prepare_regex(pattern) == pattern
 
 
+@pytest.mark.parametrize("pattern, why", [("a)(b", r"unbalanced '\)' at position 1"), ("ab)", "unbalanced"),
+                                          ("(a|b", r"1 '\(' not closed"), ("((a)", "not closed")])
+def test_unbalanced_parentheses_are_refused(byte_tokenizer, pattern, why):
+    """A stray `)` would otherwise close the group the regex is wrapped in and change its language."""
+    with pytest.raises(GrammarError, match=why):
+        compile_grammar("regex", pattern, byte_tokenizer)
+
+
+@pytest.mark.parametrize("pattern", [r"[)(]+", r"\)\(", r"(a[)])", r"(?:x)(y)"])
+def test_parentheses_in_classes_and_escapes_are_not_groups(pattern):
+    assert prepare_regex(pattern) == pattern
+
+
 def test_skeleton_blanks_classes_and_escaped_symbols():
     assert skeleton(r"a[^]$]\$\1(?=") == r"a_____" + "__" + r"\1(?="
     assert len(skeleton(r"[a[b]c]d")) == len(r"[a[b]c]d")
