@@ -37,7 +37,7 @@ from gdserve.kernels.bitmask import empty_words, set_bits
 MAX_CACHED_MASKS = 8192
 STEER_FROM = 128     # budgets (tokens) below which rows keep only tokens that can close in time
 STEER_MARGIN = 16    # bytes (the closing window of a grammar with nothing optional)
-MAX_CACHED_NEXT_COMPLETIONS = 4096  # states whose tokens' completions a grammar keeps
+MAX_CACHED_NEXT_COMPLETIONS = 512  # states whose tokens' completions (and rows) a grammar keeps
 MAX_CACHED_INSIDE_GROUPS = 256  # lexer states whose token groups a grammar keeps (G x W words each)
 MAX_CONFIGS = 256    # configurations one state keeps (an exact grammar's splits and parses)
 MAX_CACHED_STEPS = 1 << 16  # (state, token) -> next state entries a grammar keeps
@@ -297,13 +297,10 @@ class CfgGrammar:
         """A completion of a state whose bounded search found none within reach (it gave up, as
         inside an object open to any key, where every short text is a new state): the
         depth-first search's, which closes what is open first (not the shortest), cached as the
-        state's; None where that finds none either."""
-        if self._completions.get(state) is None:
+        state's; None where that finds none either (or an unbounded search found none before)."""
+        if state not in self._completions:
             with unit_of_work():
                 path = depth_first_completion(self, state)
-            if path is None:
-                self._completions.put(state, None)
-                return None
             self._remember(state, path)
         return self._completions[state]
 
