@@ -45,43 +45,9 @@ MAX_DFA_STATES = 1 << 20      # a regex whose DFA passes this is refused
 BYTE_VOCABULARY = Vocabulary(BYTE_EOS, {bytes([b]): [b] for b in range(256)})
 
 
-@cache
 def mask_library() -> ctypes.CDLL | None:
-    """The grammar's native library with walk_token_trie bound, or None for the numpy walk."""
-    lib = native.library()
-    if lib is not None:
-        p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.walk_token_trie.argtypes = [p, i32, i32, p, p, p, i32, p, p, i32, i32, p, p, p, i32, p, p, p, i32, p, p, p,
-                                        p, p, p, i32, p, p]
-        lib.walk_token_trie.restype = ctypes.c_int64
-        lib.walk_token_subtrees.argtypes = [p, i32, i32, p, p, p, p, i32, p, p, i32, i32, p, p, i32, p, p, p, i32, p,
-                                            p, p, p, p]
-        lib.walk_token_subtrees.restype = ctypes.c_int64
-        lib.find_loops.argtypes = [p, i32, i32, p, p, p, i32, i32, i32, i32, i32, i32, i32, p, p, p, p]
-        lib.find_loops.restype = i32
-        lib.token_distances.argtypes = [p, i32, p, i32, p, p, i32, p, p]
-        lib.token_distances.restype = None
-        lib.byte_dfa_new.argtypes = [i32, i32, i32, i32, p, p, p, p, p, p, i32]
-        lib.byte_dfa_new.restype = p
-        lib.byte_dfa_expand_all.argtypes = [p]
-        lib.byte_dfa_expand_all.restype = i32
-        lib.byte_dfa_states.argtypes = [p]
-        lib.byte_dfa_states.restype = i32
-        lib.byte_dfa_capacity.argtypes = [p]
-        lib.byte_dfa_capacity.restype = i32
-        lib.byte_dfa_arrays.argtypes = [p, p, p, p, p, p]
-        lib.byte_dfa_arrays.restype = i32
-        lib.byte_dfa_expand.argtypes = [p, i32]
-        lib.byte_dfa_expand.restype = i32
-        lib.byte_dfa_reach.argtypes = [p, i32, i32]
-        lib.byte_dfa_reach.restype = i32
-        lib.byte_dfa_max_distance.argtypes = [p]
-        lib.byte_dfa_max_distance.restype = ctypes.c_int64
-        lib.byte_dfa_reaches.argtypes = [p, i32, p]
-        lib.byte_dfa_reaches.restype = i32
-        lib.byte_dfa_free.argtypes = [p]
-        lib.byte_dfa_free.restype = None
-    return lib
+    """The grammar's native library (its functions' signatures bound), or None for the numpy walk."""
+    return native.library()
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import re
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -88,13 +88,13 @@ def build_nfa(pattern: str) -> ByteNFA:
         tree = parse_indexed(pattern)
     except (rt.GrammarError, ValueError, IndexError) as e:
         raise Unsupported(str(e)) from None
-    lib = _library()
+    lib = native.library()
     if lib is None:
         raise Unsupported("the grammar's native library is not available")
     prog, atom_ptr, atoms = tree_program(tree)
     status, accept = ctypes.c_int32(), ctypes.c_int32()
-    handle = lib.nfa_build(_ptr(prog), _ptr(atom_ptr), _ptr(atoms), MAX_NFA_NODES, ctypes.byref(status),
-                           ctypes.byref(accept))
+    handle = lib.nfa_build(prog.ctypes.data, atom_ptr.ctypes.data, atoms.ctypes.data, MAX_NFA_NODES,
+                           ctypes.byref(status), ctypes.byref(accept))
     if not handle:
         raise MemoryError("out of memory for a regex's NFA")
     try:
@@ -110,7 +110,7 @@ def build_nfa(pattern: str) -> ByteNFA:
         eps_ptr, edge_ptr = np.empty(num_nodes + 1, dtype=np.int32), np.empty(num_nodes + 1, dtype=np.int32)
         eps_to = np.empty(num_eps.value, dtype=np.int32)
         edge_lo, edge_hi, edge_to = (np.empty(num_edges.value, dtype=np.int32) for _ in range(3))
-        lib.nfa_csr(handle, *map(_ptr, (class_of, eps_ptr, eps_to, edge_ptr, edge_lo, edge_hi, edge_to)))
+        lib.nfa_csr(handle, *(a.ctypes.data for a in (class_of, eps_ptr, eps_to, edge_ptr, edge_lo, edge_hi, edge_to)))
     finally:
         lib.nfa_free(handle)
     return ByteNFA(0, accept.value, eps_ptr, eps_to, edge_ptr, edge_lo, edge_hi, edge_to, class_of)
@@ -164,26 +164,6 @@ def tree_program(tree: rt.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     emit(tree)
     return (np.array(prog, dtype=np.int32), np.array(atom_ptr or [0], dtype=np.int32),
             np.array(atoms or [0], dtype=np.int32))
-
-
-@cache
-def _library() -> ctypes.CDLL | None:
-    lib = native.library()
-    if lib is not None:
-        p, i32 = ctypes.c_void_p, ctypes.c_int32
-        lib.nfa_build.argtypes = [p, p, p, i32, p, p]
-        lib.nfa_build.restype = p
-        lib.nfa_result.argtypes = [p, p, p, p, p]
-        lib.nfa_result.restype = i32
-        lib.nfa_csr.argtypes = [p] * 8
-        lib.nfa_csr.restype = None
-        lib.nfa_free.argtypes = [p]
-        lib.nfa_free.restype = None
-    return lib
-
-
-def _ptr(a: np.ndarray) -> int:
-    return a.ctypes.data
 
 
 @lru_cache(maxsize=4096)
