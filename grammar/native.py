@@ -1,8 +1,9 @@
-"""The grammar's native code: C sources in grammar/csrc (nfa_build.c: a regex's byte NFA from its
-parse; byte_dfa.c: the NFA's subset construction; token_trie.c: the token-trie walks of
-token_index; lexer_product.c: the contextual lexer's product states), built and cached like the CPU kernels (gdserve.kernels.native). Where no
-compiler works, or GDSERVE_NATIVE_GRAMMAR=0 (or GDSERVE_NATIVE_KERNELS=0, all native code off),
-`library()` returns None and the grammar runs its numpy and Python walks."""
+"""The grammar's native code: C sources in grammar/csrc (regex_parse.c: a regex's parse;
+nfa_build.c: its byte NFA; byte_dfa.c: the NFA's subset construction; token_trie.c: the token-trie
+walks of token_index; lexer_product.c: the contextual lexer's product states), built and cached like
+the CPU kernels (gdserve.kernels.native). Where no compiler works, or GDSERVE_NATIVE_GRAMMAR=0 (or
+GDSERVE_NATIVE_KERNELS=0, all native code off), `library()` returns None and the grammar runs its
+numpy and Python walks."""
 import ctypes
 import os
 from functools import cache
@@ -58,8 +59,10 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.byte_dfa_reaches.restype = i32
     lib.byte_dfa_free.argtypes = [p]
     lib.byte_dfa_free.restype = None
-    lib.nfa_build.argtypes = [p, p, p, i32, p, p]
-    lib.nfa_build.restype = p
+    lib.nfa_build_regex.argtypes = [ctypes.c_char_p, ctypes.c_int64, i32, p, p, p, p]
+    lib.nfa_build_regex.restype = p
+    lib.regex_expanded_size.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+    lib.regex_expanded_size.restype = ctypes.c_int64
     lib.nfa_result.argtypes = [p, p, p, p, p]
     lib.nfa_result.restype = i32
     lib.nfa_csr.argtypes = [p] * 8

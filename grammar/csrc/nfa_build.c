@@ -1,22 +1,16 @@
-/* Thompson's construction of a regex's byte NFA from its parse (grammar/regex/nfa.py), with
- * bounded repetitions written out here: the tree arrives as a prefix program of int32, each node
- * a header (op, x, y, its length in the program with its children) and its children:
+/* Thompson's construction of a regex's byte NFA from its parse (regex_parse.c), with bounded
+ * repetitions written out here: the parse is a prefix program of int32, each node a header (op, x,
+ * y, its length in the program with its children) and its children:
  *   ATOM a 0          the atom's UTF-8 byte-range sequences (atoms[atom_ptr[a]..])
  *   SEQ n 0 <n nodes>   ALT n 0 <n nodes>   REPEAT lo hi <node>   (hi -1: unbounded)
- *   REF at 0          the node at program index `at` again (a subtree the parse shares)
+ *   REF at 0          the node at program index `at` again (a subtree shared)
  * and an atom as: nseq, then per sequence its length and (lo, hi) byte pairs.
- * The result: num_nodes, epsilon edges (src, dst) and byte edges (src, lo, hi, dst), the same
- * graph regex/nfa.py's Python construction builds (its node numbers may differ). */
+ * The result: num_nodes, epsilon edges (src, dst) and byte edges (src, lo, hi, dst), the graph
+ * tests/grammar/regex/nfa_oracle.py's Python construction builds (its node numbers may differ). */
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3, OP_REF = 4 };
-enum { NFA_OK = 0, NFA_NO_MEMORY = -1, NFA_TOO_MANY_NODES = -2 };
-
-typedef struct {
-    int32_t *data;
-    int64_t len, cap;
-} vec32;
+#include "regex_parse.h"
 
 typedef struct {
     const int32_t *prog, *atom_ptr, *atoms;
@@ -26,20 +20,11 @@ typedef struct {
 } nfa_builder;
 
 static void push(nfa_builder *b, vec32 *v, const int32_t *xs, int n) {
-    if (b->status) return;
-    if (v->len + n > v->cap) {
-        int64_t cap = v->cap ? 2 * v->cap : 1024;
-        while (cap < v->len + n) cap *= 2;
-        int32_t *data = realloc(v->data, cap * sizeof(int32_t));
-        if (!data) { b->status = NFA_NO_MEMORY; return; }
-        v->data = data;
-        v->cap = cap;
-    }
-    for (int i = 0; i < n; i++) v->data[v->len++] = xs[i];
+    if (!b->status && vec32_push(v, xs, n)) b->status = REGEX_NO_MEMORY;
 }
 
 static int32_t new_node(nfa_builder *b) {
-    if (b->num_nodes >= b->max_nodes) { b->status = NFA_TOO_MANY_NODES; return 0; }
+    if (b->num_nodes >= b->max_nodes) { b->status = REGEX_TOO_LARGE; return 0; }
     return b->num_nodes++;
 }
 
@@ -137,19 +122,28 @@ static int32_t build(nfa_builder *b, int64_t pc, int32_t start) {
     }
 }
 
-/* Builds the NFA of `prog` (start node 0); returns a handle for nfa_result / nfa_free, or NULL
- * where memory ran out before any. *status: NFA_OK, NFA_NO_MEMORY or NFA_TOO_MANY_NODES. */
-void *nfa_build(const int32_t *prog, const int32_t *atom_ptr, const int32_t *atoms, int32_t max_nodes,
-                int32_t *status, int32_t *accept) {
-    nfa_builder *b = calloc(1, sizeof(nfa_builder));
-    if (!b) { *status = NFA_NO_MEMORY; return NULL; }
-    b->prog = prog;
-    b->atom_ptr = atom_ptr;
-    b->atoms = atoms;
+/* Parses text[0..len) (UTF-8, ending in `\z`: see regex_parse) and builds its NFA (start node 0);
+ * returns a handle for nfa_result / nfa_free, or NULL where the parse failed (*status: its
+ * REGEX_* code, *error_at and *reason where REGEX_UNSUPPORTED) or memory ran out before any.
+ * *status: REGEX_OK, REGEX_NO_MEMORY or REGEX_TOO_LARGE (past max_nodes) otherwise. */
+void *nfa_build_regex(const uint8_t *text, int64_t len, int32_t max_nodes, int32_t *status, int32_t *accept,
+                      int64_t *error_at, const char **reason) {
+    regex_program rp;
+    *status = regex_parse(text, len, max_nodes, 1, &rp, error_at, reason);
+    nfa_builder *b = *status ? NULL : calloc(1, sizeof(nfa_builder));
+    if (!b) {
+        regex_program_free(&rp);
+        if (!*status) *status = REGEX_NO_MEMORY;
+        return NULL;
+    }
+    b->prog = rp.prog.data;
+    b->atom_ptr = rp.atom_ptr.data;
+    b->atoms = rp.atoms.data;
     b->max_nodes = max_nodes;
     int32_t start = new_node(b);
     *accept = build(b, 0, start);
     *status = b->status;
+    regex_program_free(&rp);
     return b;
 }
 

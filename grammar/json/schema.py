@@ -53,6 +53,7 @@ from gdserve.grammar.json.strings import (
     repeat,
     string_literal,
 )
+from gdserve.grammar.regex.nfa import expanded_size
 from gdserve.grammar.regex.tree import parse, placeholder
 
 ANY_VALUE_DEPTH = 2
@@ -124,11 +125,16 @@ def compile_json_schema(schema: dict | bool | str, whitespace_pattern: str | Non
     if len(rx) > max_regex_chars:
         raise RegexTooLargeError(f"schema too large for the regex compiler: {len(rx)} regex characters "
                                  f"(limit {max_regex_chars})")
-    if len(rx) > EXPANSION_CHECK_CHARS and (size := parse(rx).size) > MAX_EXPANDED_SIZE:
+    if len(rx) > EXPANSION_CHECK_CHARS and (size := _expanded_size(rx)) > MAX_EXPANDED_SIZE:
         raise RegexTooLargeError(f"schema too large for the regex compiler: its regex expands to {size} "
                                  f"positions (limit {MAX_EXPANDED_SIZE})")
     return JsonSchemaRegex(rx, list(dict.fromkeys(c.relaxed)), list(dict.fromkeys(c.narrowed)),
                            list(dict.fromkeys(c.unique_items)))
+
+
+def _expanded_size(rx: str) -> int:
+    size = expanded_size(rx)
+    return parse(rx).size if size is None else size
 
 
 @dataclass

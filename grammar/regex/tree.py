@@ -129,7 +129,7 @@ def parse(text: str) -> Node:
     """The tree of a generated regex. A group whose text was parsed before (the JSON string and
     number regexes recur in every member) is that tree again, one object: callers that memoize by
     node id size it once."""
-    node = _GROUPS.get(text) or _LARGE.lookup(text)
+    node = _GROUPS.get(text)
     if node is None:
         node, i = _Parser(text).alternation(0)
         if i != len(text):
@@ -141,15 +141,12 @@ def parse(text: str) -> Node:
 _GROUPS_MAX = 100_000
 _GROUPS: BoundedCache[str, Node] = BoundedCache(_GROUPS_MAX)  # group or regex text -> its tree (short texts only)
 _GROUP_TEXT_MAX = 4096
-_LARGE: BoundedCache[str, Node] = BoundedCache(8, policy="lru")  # the longest texts, the last few
 _SYNTAX = re.compile(r"\\.|[\[\]()|]", re.S)
 
 
 def _remember(text: str, node: Node) -> None:
     if len(text) <= _GROUP_TEXT_MAX:
         _GROUPS.put(text, node)
-    else:  # a whole schema's regex: its size check parses it, then its NFA
-        _LARGE.put(text, node)
 
 
 def _group_ends(text: str) -> dict[int, int]:

@@ -1,12 +1,17 @@
 """The Python construction of a regex's byte NFA (Thompson's, big subtrees built once and copied):
 the oracle the native construction (grammar/csrc/nfa_build.c) is held to."""
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from gdserve.grammar.regex import tree as rt
-from gdserve.grammar.regex.nfa import MAX_NFA_NODES, ByteNFA, TooManyNodes, Unsupported, atom_sequences, parse_indexed
+from gdserve.grammar.regex.nfa import MAX_NFA_NODES, ByteNFA, TooManyNodes, Unsupported
+from gdserve.grammar.regex.syntax import _class_end
 
+MAX_CODEPOINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+_SIMPLE_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07}
 FRAGMENT_SIZE = 24  # subtrees of this many atoms (regex.tree's size) or more are built once and copied
 
 
@@ -162,3 +167,149 @@ def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarr
     ptr = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
     return ptr, np.ascontiguousarray(dst[np.argsort(src, kind="stable")], dtype=np.int32)
+
+
+def parse_indexed(pattern: str) -> rt.Node:
+    """The tree of a pattern that ends in `\\z` (a full match), without the `\\z`."""
+    try:
+        node = rt.parse(pattern)
+    except (rt.GrammarError, ValueError, IndexError) as e:
+        raise Unsupported(str(e)) from None
+    items = node.items if isinstance(node, rt.Seq) else (node,)
+    if not items or not isinstance(items[-1], rt.Atom) or items[-1].text != "\\z":
+        raise Unsupported("a pattern not anchored at its end")
+    return rt.Seq(items[:-1])
+
+
+@lru_cache(maxsize=4096)
+def atom_sequences(text: str) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The byte-range sequences of an atom's UTF-8 encodings (see utf8_sequences)."""
+    return tuple(map(tuple, utf8_sequences(atom_ranges(text))))
+
+
+def atom_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    """The code points an atom matches, as sorted disjoint (first, last) ranges."""
+    if text == ".":
+        return _complement([(0x0A, 0x0A)])
+    if text.startswith("["):
+        return _class_ranges(text)
+    if text.startswith("\\"):
+        cp, j = _escape(text, 0)
+        if j != len(text):
+            raise Unsupported(f"escape {text!r}")
+        return ((cp, cp),)
+    if len(text) != 1 or text in "^$" or SURROGATES[0] <= ord(text) <= SURROGATES[1]:
+        raise Unsupported(f"atom {text!r}")
+    return ((ord(text), ord(text)),)
+
+
+def _escape(text: str, i: int) -> tuple[int, int]:
+    """(the code point of the escape at text[i], the index past it)."""
+    c = text[i + 1] if i + 1 < len(text) else ""
+    if c in ("x", "u", "U"):
+        if text.startswith("{", i + 2):
+            j = text.index("}", i)
+            digits, end = text[i + 3:j], j + 1
+        else:
+            n = {"x": 2, "u": 4, "U": 8}[c]
+            digits, end = text[i + 2:i + 2 + n], i + 2 + n
+        if not digits or any(d not in "0123456789abcdefABCDEF" for d in digits):
+            raise Unsupported(f"escape {text[i:end]!r}")
+        cp = int(digits, 16)
+        if cp > MAX_CODEPOINT or SURROGATES[0] <= cp <= SURROGATES[1]:
+            raise Unsupported(f"escape {text[i:end]!r}")
+        return cp, end
+    if c in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[c], i + 2
+    if c and c.isascii() and not c.isalnum() and not c.isspace():
+        return ord(c), i + 2
+    raise Unsupported(f"escape \\{c}")
+
+
+def _class_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    if _class_end(text, 0) != len(text):
+        raise Unsupported(f"class {text!r}")
+    body = text[1:-1]
+    negate = body.startswith("^")
+    body = body[negate:]
+    if any(op in body for op in ("&&", "--", "~~")):
+        raise Unsupported(f"class set operations in {text!r}")
+    items, i = [], 0
+    while i < len(body):
+        cp, i = _class_char(body, i, first=i == 0)
+        if body.startswith("-", i) and i + 1 < len(body):
+            hi, i = _class_char(body, i + 1, first=False)
+            if hi < cp:
+                raise Unsupported(f"reversed range in {text!r}")
+            items.append((cp, hi))
+        else:
+            items.append((cp, cp))
+    ranges = _normalize(items)
+    return _complement(ranges) if negate else ranges
+
+
+def _class_char(body: str, i: int, first: bool) -> tuple[int, int]:
+    c = body[i]
+    if c == "\\":
+        return _escape(body, i)
+    if c == "[" or (c == "]" and not first):
+        raise Unsupported("a nested class")
+    if SURROGATES[0] <= ord(c) <= SURROGATES[1]:
+        raise Unsupported("a surrogate")
+    return ord(c), i + 1
+
+
+def _normalize(items: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(items):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def _complement(ranges) -> tuple[tuple[int, int], ...]:
+    """Every Unicode scalar value not in `ranges` (sorted, disjoint)."""
+    out, nxt = [], 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = max(nxt, hi + 1)
+    if nxt <= MAX_CODEPOINT:
+        out.append((nxt, MAX_CODEPOINT))
+    return tuple(out)
+
+
+def utf8_sequences(ranges) -> list[list[tuple[int, int]]]:
+    """The UTF-8 encodings of the scalar values in `ranges` as sequences of byte ranges (every
+    byte string a sequence matches, bytes in order, encodes one of them, and each is matched
+    by exactly one sequence; surrogates excluded)."""
+    out, stack = [], list(ranges)[::-1]
+    while stack:
+        lo, hi = stack.pop()
+        if lo > hi:
+            continue
+        if lo <= SURROGATES[1] and hi >= SURROGATES[0]:
+            stack += [(SURROGATES[1] + 1, hi), (lo, SURROGATES[0] - 1)]
+            continue
+        split = next((b for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)
+        if split is not None:
+            stack += [(split + 1, hi), (lo, split)]
+            continue
+        if hi <= 0x7F:
+            out.append([(lo, hi)])
+            continue
+        for i in (1, 2, 3):
+            m = (1 << (6 * i)) - 1
+            if lo & ~m != hi & ~m:
+                if lo & m:
+                    stack += [((lo | m) + 1, hi), (lo, lo | m)]
+                    break
+                if hi & m != m:
+                    stack += [(hi & ~m, hi), (lo, (hi & ~m) - 1)]
+                    break
+        else:
+            a, b = chr(lo).encode(), chr(hi).encode()
+            out.append(list(zip(a, b)))
+    return out

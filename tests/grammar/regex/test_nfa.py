@@ -2,19 +2,21 @@
 outlines-core's DFA for the same pattern: on hand-picked syntax, on the regexes of the example
 schemas and a sample of MaskBench's, and on syntax it leaves to outlines-core."""
 import json
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gdserve.grammar.regex.nfa import TooManyNodes, Unsupported, build_nfa, utf8_sequences
+from gdserve.grammar.regex import tree as rt
+from gdserve.grammar.regex.nfa import TooManyNodes, Unsupported, build_nfa, expanded_size
 from gdserve.grammar.errors import GrammarError
 from gdserve.grammar.json.schema import compile_json_schema
 from gdserve.grammar.token_index import build_byte_dfa, determinize, indexed_pattern, mask_library, outlines_byte_dfa
 
 from tests.grammar.dfa_check import equivalent
 from tests.grammar.json.test_schema import MASKBENCH
-from tests.grammar.regex.nfa_oracle import oracle_nfa
+from tests.grammar.regex.nfa_oracle import oracle_nfa, utf8_sequences
 
 SCHEMAS = Path(__file__).parents[3] / "schemas"
 REGEXES = [r"a|ab", r"(a?)*b{2,4}", r"x{2,}y|x{0}", r"", r"(|a)(b|)", r".", r"[^\"\\\x00-\x1f]{0,5}",
@@ -132,3 +134,57 @@ def test_native_construction_builds_the_oracles_nfa():
 def test_too_many_nodes_is_refused_by_size():
     with pytest.raises(TooManyNodes):
         build_nfa(indexed_pattern("([a-z]{1,500}){1,10000}"))
+
+
+_PIECES = ["a", "é", "\\n", "\\x41", "\\u00e9", "\\x{1F600}", ".", "[a-c]", "[^a]", "[]a]", "[^]b]", "[-a]", "[a-]",
+           "[\\]]", "[^\\x00-\\x{10FFFF}]", "\\.", "\\-", "}", "]"]
+_ODD = ["\\d", "^", "$", "\\b", "[a--b]", "\\ ", "\\x4", "\\u{}", "\\x{110000}", "\\uD800", "\\z", "\\", "(?i:a)",
+        "[[a]]", "\ue000x\ue001", "[a"]
+_QUANTIFIERS = ["", "", "", "*", "+", "?", "{2}", "{1,3}", "{0,}", "{,2}", "{,}"]
+_ODD_QUANTIFIERS = ["{}", "{3,1}", "*?", "{2}+", "{a}", "{1", "??"]
+
+
+def _random_regex(rng, depth: int = 0) -> str:
+    out = []
+    for _ in range(rng.randint(0, 4)):
+        if rng.random() < 0.2 and depth < 3:
+            options = "|".join(_random_regex(rng, depth + 1) for _ in range(rng.randint(1, 3)))
+            out.append(rng.choice(["(", "(?:"]) + options + ")")
+        else:
+            out.append(rng.choice(_PIECES) if rng.random() < 0.85 else rng.choice(_ODD))
+        out.append(rng.choice(_QUANTIFIERS) if rng.random() < 0.9 else rng.choice(_ODD_QUANTIFIERS))
+    if rng.random() < 0.05:
+        out.append(rng.choice(")(|"))
+    return "".join(out)
+
+
+def test_native_parse_reads_what_the_python_parse_reads():
+    """On random regexes of the dialect and of syntax beside it, the native parse refuses what
+    the Python parse (the oracle's) refuses, and otherwise builds the oracle's NFA; its expanded
+    size is regex.tree's."""
+    rng, lib, both = random.Random(0), mask_library(), 0
+    for _ in range(600):
+        regex = _random_regex(rng)
+        pattern = indexed_pattern(regex) if rng.random() < 0.8 else regex + rng.choice(["\\z", "", "\\\\z", "|a\\z"])
+        try:
+            ours = build_nfa(pattern)
+        except Unsupported:
+            ours = None
+        try:
+            oracle = oracle_nfa(pattern)
+        except Unsupported:
+            oracle = None
+        assert (ours is None) == (oracle is None), pattern
+        if ours is None:
+            continue
+        both += 1
+        assert (ours.num_nodes, len(ours.eps_to), len(ours.edge_to)) == \
+            (oracle.num_nodes, len(oracle.eps_to), len(oracle.edge_to)), pattern
+        assert equivalent(determinize(lib, ours), determinize(lib, oracle)), pattern
+        assert expanded_size(regex) == rt.parse(regex).size, regex
+    assert both > 200
+
+
+def test_expanded_size_of_schema_regexes():
+    for name, regex in schema_regexes():
+        assert expanded_size(regex) == rt.parse(regex).size, name
