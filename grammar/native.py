@@ -57,6 +57,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.byte_dfa_max_distance.restype = ctypes.c_int64
     lib.byte_dfa_reaches.argtypes = [p, i32, p]
     lib.byte_dfa_reaches.restype = i32
+    lib.table_distances.argtypes = [p, i32, i32, p, ctypes.c_int64, p]
+    lib.table_distances.restype = i32
     lib.byte_dfa_free.argtypes = [p]
     lib.byte_dfa_free.restype = None
     lib.nfa_build_regex.argtypes = [ctypes.c_char_p, ctypes.c_int64, i32, p, p, p, p]

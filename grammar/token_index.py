@@ -107,27 +107,43 @@ class ByteDFA:
     @cached_property
     def distance(self) -> np.ndarray:
         """int64 [dead + 1]: the fewest bytes from each state to an accepting one (UNREACHABLE
-        where none can be reached). Breadth-first from the accepting states over reversed edges."""
-        num_states, num_classes = self.trans.shape
-        src = np.repeat(np.arange(num_states), num_classes)
-        dst = self.trans.ravel()
-        order = np.argsort(dst, kind="stable")
-        preds = src[order]                                   # predecessors grouped by target
-        starts = np.searchsorted(dst[order], np.arange(num_states + 1))
-        dist = np.full(num_states, UNREACHABLE, dtype=np.int64)
-        frontier = np.flatnonzero(self.final)
-        dist[frontier] = 0
-        level = 0
-        while len(frontier):
-            level += 1
-            lo, hi = starts[frontier], starts[frontier + 1]
-            counts = hi - lo
-            idx = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-            candidates = np.unique(preds[idx])
-            frontier = candidates[dist[candidates] == UNREACHABLE]
-            dist[frontier] = level
+        where none can be reached). Breadth-first from the accepting states over reversed edges
+        (in C where the native library loads)."""
+        lib = mask_library()
+        if lib is None:
+            return _table_distances(self.trans, self.final, self.dead)
+        trans = np.ascontiguousarray(self.trans, dtype=np.int32)
+        final = np.ascontiguousarray(self.final, dtype=np.uint8)
+        dist = np.empty(len(final), dtype=np.int64)
+        if lib.table_distances(trans.ctypes.data, trans.shape[0], trans.shape[1], final.ctypes.data,
+                               UNREACHABLE, dist.ctypes.data) != 0:
+            raise MemoryError("out of memory for a DFA's distances")
         dist[self.dead] = UNREACHABLE
         return dist
+
+
+def _table_distances(trans: np.ndarray, final: np.ndarray, dead: int) -> np.ndarray:
+    """ByteDFA.distance in numpy (where no native library loads)."""
+    num_states, num_classes = trans.shape
+    src = np.repeat(np.arange(num_states), num_classes)
+    dst = trans.ravel()
+    order = np.argsort(dst, kind="stable")
+    preds = src[order]                                   # predecessors grouped by target
+    starts = np.searchsorted(dst[order], np.arange(num_states + 1))
+    dist = np.full(num_states, UNREACHABLE, dtype=np.int64)
+    frontier = np.flatnonzero(final)
+    dist[frontier] = 0
+    level = 0
+    while len(frontier):
+        level += 1
+        lo, hi = starts[frontier], starts[frontier + 1]
+        counts = hi - lo
+        idx = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        candidates = np.unique(preds[idx])
+        frontier = candidates[dist[candidates] == UNREACHABLE]
+        dist[frontier] = level
+    dist[dead] = UNREACHABLE
+    return dist
 
 
 def build_byte_dfa(pattern: str) -> ByteDFA:

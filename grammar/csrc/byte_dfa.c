@@ -395,3 +395,40 @@ int32_t byte_dfa_reaches(void *handle, int32_t s, const uint8_t *ok) {
     }
     return 0;
 }
+
+/* The fewest bytes from each state of a dense table (trans [n_states, n_classes], final
+ * [n_states]) to an accepting state, `unreachable` where none can be reached: breadth-first from
+ * the accepting states over the reversed edges. Returns 0, or -1 where memory ran out. */
+int32_t table_distances(const int32_t *trans, int32_t n_states, int32_t n_classes, const uint8_t *final,
+                        int64_t unreachable, int64_t *dist) {
+    int64_t n_edges = (int64_t)n_states * n_classes;
+    int32_t *pred_ptr = calloc((size_t)n_states + 1, sizeof(int32_t));
+    int32_t *preds = malloc((size_t)(n_edges ? n_edges : 1) * sizeof(int32_t));
+    int32_t *queue = malloc((size_t)(n_states ? n_states : 1) * sizeof(int32_t));
+    if (!pred_ptr || !preds || !queue) {
+        free(pred_ptr); free(preds); free(queue);
+        return -1;
+    }
+    for (int64_t e = 0; e < n_edges; e++) pred_ptr[trans[e] + 1]++;
+    for (int32_t s = 0; s < n_states; s++) pred_ptr[s + 1] += pred_ptr[s];
+    for (int64_t e = 0; e < n_edges; e++) preds[pred_ptr[trans[e]]++] = (int32_t)(e / n_classes);
+    for (int32_t s = n_states; s > 0; s--) pred_ptr[s] = pred_ptr[s - 1]; /* back to each group's start */
+    pred_ptr[0] = 0;
+    int32_t head = 0, tail = 0;
+    for (int32_t s = 0; s < n_states; s++) {
+        dist[s] = final[s] ? 0 : unreachable;
+        if (final[s]) queue[tail++] = s;
+    }
+    while (head < tail) {
+        int32_t s = queue[head++];
+        for (int32_t k = pred_ptr[s]; k < pred_ptr[s + 1]; k++) {
+            int32_t p = preds[k];
+            if (dist[p] == unreachable) {
+                dist[p] = dist[s] + 1;
+                queue[tail++] = p;
+            }
+        }
+    }
+    free(pred_ptr); free(preds); free(queue);
+    return 0;
+}

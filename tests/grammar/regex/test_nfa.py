@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gdserve.grammar import token_index
 from gdserve.grammar.regex import tree as rt
 from gdserve.grammar.regex.nfa import TooManyNodes, Unsupported, build_nfa, expanded_size
 from gdserve.grammar.errors import GrammarError
@@ -110,11 +111,14 @@ def test_schema_regexes_match_outlines():
         same_dfa(regex)
 
 
-def test_distances_are_exact_on_every_state():
+def test_distances_are_exact_on_every_state(monkeypatch):
     regex = r"\{\"a\":(-?[0-9]{1,3}|\"[^\"]{2,4}\")(,\"b\":(true|false))?\}"
     ours = build_byte_dfa(indexed_pattern(regex))
     fresh = type(ours)(ours.classes, ours.trans, ours.final, ours.start)  # distances by the table's sweep
     assert np.array_equal(ours.distance, fresh.distance)
+    monkeypatch.setattr(token_index, "mask_library", lambda: None)
+    in_numpy = type(ours)(ours.classes, ours.trans, ours.final, ours.start)
+    assert np.array_equal(ours.distance, in_numpy.distance)
 
 
 def test_native_construction_builds_the_oracles_nfa():
