@@ -57,6 +57,13 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.byte_dfa_max_distance.restype = ctypes.c_int64
     lib.byte_dfa_reaches.argtypes = [p, i32, p]
     lib.byte_dfa_reaches.restype = i32
+    lib.lexer_product.argtypes = [i32, p, p, i32, i32, p, p, i32, i32, i32, p, p, p, p, p, p, i32, p,
+                                  p, i32, p, p, p, p, p, ctypes.c_int64, ctypes.c_int64]
+    lib.lexer_product.restype = ctypes.c_int64
+    lib.lexer_product_rehash.argtypes = [p, i32, p, p, p, ctypes.c_int64]
+    lib.lexer_product_rehash.restype = None
+    lib.lexer_own_rows.argtypes = [p, i32, i32, p, i32, i32, p, i32, i32, i32, i32, p, p, p]
+    lib.lexer_own_rows.restype = None
     lib.table_distances.argtypes = [p, i32, i32, p, ctypes.c_int64, p]
     lib.table_distances.restype = i32
     lib.byte_dfa_free.argtypes = [p]

@@ -35,7 +35,7 @@ from gdserve.grammar.regex.syntax import explain_index_error
 from gdserve.grammar.regex.dfa_ops import concat, joint_classes, repeat
 from gdserve.grammar.regex.tree import (LONG_REPEAT_COPIES, LONG_REPEAT_SIZE, SUB_OPEN, Alt, Atom, Node, Repeat,
                                        Seq, alternates_at_top, parse, to_regex)
-from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, byte_classes, indexed_pattern, start_state
+from gdserve.grammar.token_index import ByteDFA, build_byte_dfa, byte_classes, indexed_pattern, mask_library, start_state
 
 
 def terminal_dfa(t: Terminal) -> ByteDFA:
@@ -270,25 +270,28 @@ class Lexer:
     def _bases(self) -> np.ndarray:
         """int64 [K]: the first id of each terminal's own states (where only it is still alive:
         its DFA), all added when the lexer is first used."""
-        joint = self._joint[0]
         sizes = np.array([len(d.final) for d in self.dfas], dtype=np.int64)
         bases = self._new_states(int(sizes.sum())) + np.cumsum(sizes) - sizes
-        if not self.dfas:
-            return bases
-        # one gather over every terminal's table, flattened end to end
-        widths = np.array([d.trans.shape[1] for d in self.dfas], dtype=np.int64)
-        offsets = np.cumsum(sizes * widths) - sizes * widths
-        term = np.repeat(np.arange(len(self.dfas)), sizes)  # each own state's terminal
-        local = np.arange(len(term)) - (bases - bases[0])[term]
-        flat = np.concatenate([d.trans.ravel() for d in self.dfas])  # int32
-        nxt = flat[(offsets[term] + local * widths[term])[:, None] + joint[term]]
-        dead = np.array([d.dead for d in self.dfas], dtype=np.int32)[term]
-        final = np.concatenate([d.final for d in self.dfas])
-        lazy = np.array([t.lazy for t in self.spec.terminals], dtype=bool)[term]
-        rows = np.where((nxt == dead[:, None]) | (final & lazy)[:, None], -1,
-                        nxt + bases.astype(np.int32)[term][:, None])
-        self._set(int(bases[0]), rows, np.where(final, term, -1))  # a lazy terminal ends at its first match
+        for t, dfa in enumerate(self.dfas):
+            self._add_own_rows(t, dfa, int(bases[t]))
         return bases
+
+    def _add_own_rows(self, t: int, dfa: ByteDFA, base: int) -> None:
+        """Terminal t's DFA as the lexer's states from `base` on (a lazy terminal ends at its
+        first match)."""
+        lazy, joint = self.spec.terminals[t].lazy, self._joint[0][t]
+        lib = mask_library()
+        if lib is None:
+            nxt = dfa.trans[:, joint]
+            rows = np.where((nxt == dfa.dead) | (dfa.final & lazy)[:, None], -1, nxt + base)
+            self._set(base, rows, np.where(dfa.final, t, -1))
+            return
+        trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
+        final = np.ascontiguousarray(dfa.final, dtype=np.uint8)
+        joint = np.ascontiguousarray(joint, dtype=np.int64)
+        lib.lexer_own_rows(trans.ctypes.data, trans.shape[0], trans.shape[1], final.ctypes.data, dfa.dead, lazy,
+                           joint.ctypes.data, len(joint), base, self._dead, t, self._table[base].ctypes.data,
+                           self._accept[base:].ctypes.data, self._final[base:].ctypes.data)
 
     @cached_property
     def _own_starts(self) -> np.ndarray:

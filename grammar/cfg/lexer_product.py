@@ -6,9 +6,7 @@ in numpy (~70 µs a state) it was most of a first fill's time.
 
 The walk reads the lexer's table, which holds every terminal's own states (the states where only
 that terminal is alive), and returns its states as lists of those ids."""
-import ctypes
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
@@ -53,7 +51,7 @@ class ProductWalk:
 
     def _attach(self) -> None:
         """This process's library and the walk's buffers (neither pickled)."""
-        self.lib = _library()
+        self.lib = mask_library()
         self._grow(256, 1024)
 
     def run(self, start: np.ndarray, trans: np.ndarray, dead: int, accept: np.ndarray, rank: np.ndarray,
@@ -131,15 +129,3 @@ def _product_reference(start, trans, dead, accept, rank, first_id, known) -> Pro
                    np.array(rows, dtype=np.int64).reshape(len(states), trans.shape[1]),
                    np.array(best, dtype=np.int32), np.array(n_final, dtype=np.int32))
 
-
-@cache
-def _library() -> ctypes.CDLL | None:
-    lib = mask_library()
-    if lib is not None:
-        p, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
-        lib.lexer_product.argtypes = [i32, p, p, i32, i32, p, p, i32, i32, i32, p, p, p, p, p, p, i32, p,
-                                      p, i32, p, p, p, p, p, i64, i64]
-        lib.lexer_product.restype = ctypes.c_int64
-        lib.lexer_product_rehash.argtypes = [p, i32, p, p, p, i64]
-        lib.lexer_product_rehash.restype = None
-    return lib

@@ -124,3 +124,27 @@ int64_t lexer_product(int32_t k, const int32_t *start, const int32_t *trans, int
     k_count[1] = used;
     return n;
 }
+
+/* One terminal's own states as the lexer's rows from `base` on (rows [n_states, n_joint] of its
+   table, accept and is_final from `base` too): each joint class read through `joint` (the
+   terminal's class per joint class, trans [n_states, n_classes] its DFA); an entry that dies
+   (term_dead), and every entry of an accepting state of a lazy terminal (it ends at its first
+   match), is table_dead. */
+void lexer_own_rows(const int32_t *trans, int32_t n_states, int32_t n_classes, const uint8_t *final,
+                    int32_t term_dead, int32_t lazy, const int64_t *joint, int32_t n_joint, int32_t base,
+                    int32_t table_dead, int32_t term, int32_t *rows, int32_t *accept, uint8_t *is_final) {
+    for (int32_t s = 0; s < n_states; s++) {
+        const int32_t *row = trans + (int64_t)s * n_classes;
+        int32_t *out = rows + (int64_t)s * n_joint;
+        if (final[s] && lazy) {
+            for (int32_t j = 0; j < n_joint; j++) out[j] = table_dead;
+        } else {
+            for (int32_t j = 0; j < n_joint; j++) {
+                int32_t next = row[joint[j]];
+                out[j] = next == term_dead ? table_dead : next + base;
+            }
+        }
+        accept[s] = final[s] ? term : -1;
+        is_final[s] = final[s];
+    }
+}

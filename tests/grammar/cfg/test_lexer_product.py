@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from gdserve.grammar.cfg import lexer_product
+from gdserve.grammar.cfg import lexer as lexer_module, lexer_product
 from gdserve.grammar.cfg.lexer import Lexer, terminal_dfa
 from gdserve.grammar.cfg.parser import LalrParser
 from gdserve.grammar.json.schema_cfg import schema_to_grammar
@@ -59,13 +59,14 @@ def built(spec, sets) -> Lexer:
     return lexer
 
 
-@pytest.mark.skipif(lexer_product._library() is None, reason="no C compiler: the reference is the only walk")
+@pytest.mark.skipif(lexer_product.mask_library() is None, reason="no C compiler: the reference is the only walk")
 @pytest.mark.parametrize("which", range(3))
 def test_native_walk_builds_the_reference_lexer(which, monkeypatch):
     spec = specs()[which]
     sets = candidate_sets(spec)
     native = built(spec, sets)
-    monkeypatch.setattr(lexer_product, "_library", lambda: None)
+    monkeypatch.setattr(lexer_product, "mask_library", lambda: None)
+    monkeypatch.setattr(lexer_module, "mask_library", lambda: None)  # the terminals' own rows too
     reference = built(spec, sets)
     assert native.num_states == reference.num_states
     (dfa_n, accept_n), (dfa_r, accept_r) = native.arrays(), reference.arrays()
@@ -88,7 +89,8 @@ def test_a_product_past_the_first_buffers(native, monkeypatch):
     for 256, and knows 512 at first), each byte after them picks one. A candidate set with a
     third terminal adds its own states; the first set again adds only its start."""
     if not native:
-        monkeypatch.setattr(lexer_product, "_library", lambda: None)
+        monkeypatch.setattr(lexer_product, "mask_library", lambda: None)
+        monkeypatch.setattr(lexer_module, "mask_library", lambda: None)
     spec = lark_to_spec(LONG_PREFIX)
     lexer = Lexer(spec, [terminal_dfa(t) for t in spec.terminals])
     ids = {t.name: i for i, t in enumerate(spec.terminals)}
