@@ -79,8 +79,7 @@ def next_completions(grammar, state, budget: int) -> "NextCompletions":
         groups = grammar.inside_groups(config.lex)
         group_words = groups.words
         for lex in groups.ends:
-            succ = frozenset(grammar.settled(config.stack, lex))
-            path = (grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)) if succ else None
+            path = _group_completion(grammar, config.stack, lex, budget)
             group_lens.append(UNKNOWN if path is None else len(path))
     own = grammar.known_completion(state)
     prefix_ids = prefix_tokens(grammar, own) if own else np.zeros(0, dtype=np.int64)
@@ -88,6 +87,30 @@ def next_completions(grammar, state, budget: int) -> "NextCompletions":
     accepting = grammar.state_mask(state).accepting
     return NextCompletions(budget, grammar.vocab_size, group_words, group_lens, prefix_ids, prefix_lens,
                            grammar.eos_ids if accepting else None)
+
+
+def _group_completion(grammar, stack, lex: int, budget: int) -> bytes | None:
+    """A known completion of the state a group leads to (its stack, lexer state `lex`): the one
+    found before; else the lexeme's shortest end and a completion of the state that end leads to
+    (a group's lexeme ends alike whatever the group: inside a string, after its closing quote,
+    so one search serves every group of a state, and every state of that string); else a search
+    from the group's own state. Each is text the matcher reads, checked by advance."""
+    succ = frozenset(grammar.settled(stack, lex))
+    if not succ:
+        return None
+    known = grammar.known_completion(succ)
+    if known is not None:
+        return known
+    config = next(iter(succ))
+    open_lexeme = len(succ) == 1 and config.lex == lex and config.stack is stack  # not emitted by settled
+    end = grammar.lexer.shortest_end(lex) if open_lexeme else None
+    after = grammar.advance(succ, end) if end else None
+    if after is not None:
+        rest = grammar.completion_within(after, max(budget - len(end), 0)) or grammar.known_completion(after)
+        if rest is not None:
+            grammar.inherit_completion(succ, end + rest)
+            return end + rest
+    return grammar.completion_within(succ, max(budget, 0)) or grammar.known_completion(succ)
 
 
 @dataclass(eq=False)
