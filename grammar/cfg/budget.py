@@ -52,13 +52,16 @@ def inside_groups(grammar, lex: int) -> InsideGroups:
     ids = np.flatnonzero(grouped)
     if not len(ids):
         return InsideGroups([], NO_GROUPS)
-    order = np.argsort(ends[ids], kind="stable")
-    ids, keys = ids[order], ends[ids][order]
-    cuts = np.flatnonzero(np.diff(keys)) + 1
-    words = np.zeros((len(cuts) + 1, len(exp.inside)), dtype=np.uint32)
-    for g, part in enumerate(np.split(ids, cuts)):
-        set_bits(words[g], part)
-    return InsideGroups(keys[np.concatenate([[0], cuts])].tolist(), words)
+    keys = ends[ids]
+    present = np.zeros(int(keys.max()) + 1, dtype=bool)
+    present[keys] = True
+    distinct = np.flatnonzero(present)  # the lexer states the groups lead to, ascending
+    group = np.zeros(len(present), dtype=np.int64)
+    group[distinct] = np.arange(len(distinct))
+    members = np.zeros((len(distinct), 32 * len(exp.inside)), dtype=bool)
+    members[group[keys], ids] = True
+    words = np.packbits(members, axis=1, bitorder="little").view(np.uint32)
+    return InsideGroups(distinct.tolist(), words)
 
 
 def _subtree_tokens(grammar, roots: np.ndarray) -> np.ndarray:
