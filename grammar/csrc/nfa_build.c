@@ -17,6 +17,10 @@ typedef struct {
     int32_t max_nodes, num_nodes;
     int status;
     vec32 eps, edges, suffix; /* suffix: an atom's shared tails, (lo, hi, to, node) */
+    /* Each atom's nodes and edges as built the first time, numbered from its first node (-1:
+       the node it starts from), then copied: [nodes, edges, (src, lo, hi, dst) per edge]. */
+    vec32 templates;
+    int32_t *template_at; /* per atom: its template's offset in templates, -1 until built */
 } nfa_builder;
 
 static void push(nfa_builder *b, vec32 *v, const int32_t *xs, int n) {
@@ -40,7 +44,7 @@ static void edge(nfa_builder *b, int32_t src, int32_t lo, int32_t hi, int32_t ds
 
 /* The atom's sequences from `start`; common suffixes lead to shared nodes, so the bytes left of
  * a character reach one node whatever its first bytes were. */
-static int32_t atom(nfa_builder *b, int32_t a, int32_t start) {
+static int32_t build_atom(nfa_builder *b, int32_t a, int32_t start) {
     const int32_t *p = b->atoms + b->atom_ptr[a];
     int32_t end = new_node(b), nseq = *p++;
     b->suffix.len = 0;
@@ -64,6 +68,48 @@ static int32_t atom(nfa_builder *b, int32_t a, int32_t start) {
         p += 2 * len;
     }
     return end;
+}
+
+/* An atom's fragment: built once, then copied from its template (the same nodes and edges, in
+ * the same order, as building it again). */
+static int32_t atom(nfa_builder *b, int32_t a, int32_t start) {
+    int32_t base = b->num_nodes;
+    if (b->template_at[a] < 0) {
+        int64_t first_edge = b->edges.len;
+        int32_t end = build_atom(b, a, start);
+        if (b->status) return 0;
+        int32_t header[2] = {b->num_nodes - base, (int32_t)((b->edges.len - first_edge) / 4)};
+        b->template_at[a] = (int32_t)b->templates.len;
+        push(b, &b->templates, header, 2);
+        for (int64_t e = first_edge; e < b->edges.len && !b->status; e += 4) {
+            const int32_t *x = b->edges.data + e;
+            int32_t rel[4] = {x[0] == start ? -1 : x[0] - base, x[1], x[2], x[3] - base};
+            push(b, &b->templates, rel, 4);
+        }
+        return end;
+    }
+    const int32_t *t = b->templates.data + b->template_at[a];
+    int32_t nodes = t[0], n_edges = t[1];
+    if (b->num_nodes > b->max_nodes - nodes) { b->status = REGEX_TOO_LARGE; return 0; }
+    b->num_nodes += nodes;
+    if (b->edges.len + 4 * (int64_t)n_edges > b->edges.cap) {
+        int64_t need = b->edges.len + 4 * (int64_t)n_edges, cap = b->edges.cap ? b->edges.cap : 1024;
+        while (cap < need) cap *= 2;
+        int32_t *data = realloc(b->edges.data, cap * sizeof(int32_t));
+        if (!data) { b->status = REGEX_NO_MEMORY; return 0; }
+        b->edges.data = data;
+        b->edges.cap = cap;
+    }
+    int32_t *out = b->edges.data + b->edges.len;
+    for (int32_t e = 0; e < n_edges; e++) {
+        const int32_t *x = t + 2 + 4 * e;
+        out[4 * e] = x[0] < 0 ? start : base + x[0];
+        out[4 * e + 1] = x[1];
+        out[4 * e + 2] = x[2];
+        out[4 * e + 3] = base + x[3];
+    }
+    b->edges.len += 4 * (int64_t)n_edges;
+    return base; /* the atom's end is its first node */
 }
 
 static int64_t skip(const int32_t *prog, int64_t pc) { return pc + prog[pc + 3]; }
@@ -140,6 +186,13 @@ void *nfa_build_regex(const uint8_t *text, int64_t len, int32_t max_nodes, int32
     b->atom_ptr = rp.atom_ptr.data;
     b->atoms = rp.atoms.data;
     b->max_nodes = max_nodes;
+    b->template_at = malloc((rp.atom_ptr.len ? rp.atom_ptr.len : 1) * sizeof(int32_t));
+    if (!b->template_at) {
+        regex_program_free(&rp);
+        *status = REGEX_NO_MEMORY;
+        return b;
+    }
+    for (int64_t a = 0; a < rp.atom_ptr.len; a++) b->template_at[a] = -1;
     int32_t start = new_node(b);
     *accept = build(b, 0, start);
     *status = b->status;
@@ -199,5 +252,7 @@ void nfa_free(void *handle) {
     free(b->eps.data);
     free(b->edges.data);
     free(b->suffix.data);
+    free(b->templates.data);
+    free(b->template_at);
     free(b);
 }
