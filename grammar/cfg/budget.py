@@ -27,6 +27,7 @@ from gdserve.kernels.bitmask import empty_words, set_bits
 
 UNKNOWN = np.iinfo(np.int32).max  # allowed, but no completion is known after it
 NO_GROUPS = np.zeros((0, 0), dtype=np.uint32)
+ONE_HOT_GROUPS = 64  # inside groups up to this many are packed from a table of bools (faster)
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,9 +59,13 @@ def inside_groups(grammar, lex: int) -> InsideGroups:
     distinct = np.flatnonzero(present)  # the lexer states the groups lead to, ascending
     group = np.zeros(len(present), dtype=np.int64)
     group[distinct] = np.arange(len(distinct))
-    members = np.zeros((len(distinct), 32 * len(exp.inside)), dtype=bool)
-    members[group[keys], ids] = True
-    words = np.packbits(members, axis=1, bitorder="little").view(np.uint32)
+    if len(distinct) <= ONE_HOT_GROUPS:
+        members = np.zeros((len(distinct), 32 * len(exp.inside)), dtype=bool)
+        members[group[keys], ids] = True
+        words = np.packbits(members, axis=1, bitorder="little").view(np.uint32)
+    else:  # a table of bools per group would take too much memory
+        words = np.zeros((len(distinct), len(exp.inside)), dtype=np.uint32)
+        np.bitwise_or.at(words, (group[keys], ids >> 5), np.left_shift(1, ids & 31).astype(np.uint32))
     return InsideGroups(distinct.tolist(), words)
 
 

@@ -12,6 +12,7 @@ import pytest
 from gdserve.bench.agents import read_schema
 from gdserve.grammar import GrammarError, allocate_token_bitmask, compile_grammar
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
+from gdserve.grammar.cfg import budget
 from gdserve.grammar.completion_size import shortest_completion_bytes
 from gdserve.kernels.bitmask import unpack_words
 from tests.helpers import CONFORMANCE, require_corpus
@@ -97,3 +98,18 @@ def test_an_open_object_inside_a_recursive_schema_closes(smollm2_tokenizer, seed
     grammar = compile_grammar("json", schema, smollm2_tokenizer, open_objects=True)
     shortest = shortest_completion_bytes(grammar)
     assert sample_until_done(grammar, shortest + 1 + slack, np.random.default_rng(seed))
+
+
+def test_inside_groups_pack_alike_at_any_group_count(smollm2_tokenizer, monkeypatch):
+    """A lexer state's inside groups (the tokens that stay inside a string, by the state they lead
+    to) are the same packed from a table of bools or scattered word by word."""
+    grammar = compile_grammar("json_object", True, smollm2_tokenizer)
+    matcher = grammar.matcher()
+    for token in smollm2_tokenizer.encode('{"ab', add_special_tokens=False):
+        assert matcher.accept_token(token)
+    (config,) = matcher.state
+    table = budget.inside_groups(grammar, config.lex)
+    monkeypatch.setattr(budget, "ONE_HOT_GROUPS", 0)
+    scattered = budget.inside_groups(grammar, config.lex)
+    assert len(table.ends) > 1 and table.ends == scattered.ends
+    assert np.array_equal(table.words, scattered.words)
