@@ -233,6 +233,15 @@ def _num_literal(v) -> str:
     return f"{sign}{ip}\\.{fp}0*"
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int_literal(v) -> str:
+    """Regex for an integral JSON number written as an integer (no fraction, no exponent)."""
+    return str(int(Decimal(repr(v)) if isinstance(v, float) else v))
+
+
 class _Compiler(Normalizer):
     def __init__(self, root, ws_inline: str, ws_break: str, lenient: bool, parent: "_Compiler | None" = None,
                  rules: _Rules | None = None, open_objects: bool = False):
@@ -507,7 +516,8 @@ class _Compiler(Normalizer):
             self.unsat.append(f"schema at {show_pointer(n.ptr)} is unsatisfiable (no enum/const value passes "
                               "the other keywords)")
             return None
-        parts = list(dict.fromkeys(self.literal(v) for v in vals))
+        whole = "fraction" not in types  # integers only: 1, not 1.0 (drafts 4 and older read 1.0 as no integer)
+        parts = list(dict.fromkeys(_int_literal(v) if whole and _is_number(v) else self.literal(v) for v in vals))
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
     def _checker(self, n: MergedSchema) -> re.Pattern:

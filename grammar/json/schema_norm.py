@@ -398,7 +398,7 @@ class Normalizer:
             self.unsat.append(f"{what} at {show_pointer(ptr)} is unsatisfiable (no enum/const value passes "
                               "the other keywords)")
             return None
-        return MergedSchema(ptr, enum=kept)
+        return MergedSchema(ptr, enum=kept, types=_declared_types(flat))
 
     def _merge(self, flat: list[Subschema], ptr: str):
         """Every keyword of flat merged into one MergedSchema, in flat's order (the first invalid
@@ -581,6 +581,19 @@ def _merge_private(n: MergedSchema, sub: Subschema) -> None:
         n.excluded = unique_json(n.excluded + list(s[EXCLUDED_VALUES]))
     if "$ref" in s and "$ref" not in sub.skip:  # pragma: no cover - expanded before
         raise AssertionError
+
+
+def _declared_types(flat: list[Subschema]) -> set | None:
+    """The instance types every `type` among the subschemas allows (None: no `type`): an enum's
+    writer spells integral values without a fraction where "fraction" is not among them."""
+    types = None
+    for sub in flat:
+        t = sub.schema.get("type") if isinstance(sub.schema, dict) else None
+        names = [t] if isinstance(t, str) else t if isinstance(t, list) else []
+        if names and all(x in TYPES_OF_NAME for x in names):
+            ts = set().union(*(TYPES_OF_NAME[x] for x in names))
+            types = ts if types is None else types & ts
+    return types
 
 
 def _merge_type_enum(n: MergedSchema, s: dict, p: str) -> None:

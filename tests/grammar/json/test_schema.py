@@ -1412,3 +1412,24 @@ def test_regex_size_limit():
     long_strings = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(60)}}
     with pytest.raises(RegexTooLargeError, match="expands to"):
         schema_to_regex(long_strings)
+
+
+@pytest.mark.parametrize("schema, values", [
+    ({"type": "integer", "enum": [0, 1, -3]}, [0, 1, -3]),
+    ({"type": "integer", "const": 2.0}, [2]),
+    ({"allOf": [{"type": "integer"}, {"enum": [4, 5.0]}]}, [4, 5]),
+    ({"type": ["integer", "string"], "enum": [1, "a"]}, [1]),
+])
+def test_integer_enum_values_have_no_fraction(schema, values):
+    """An enum or const under a `type` without "number" is written as integers: drafts 4 and
+    older read 1.0 as no integer (a draft-04 schema's validator refuses it)."""
+    rx = compile_json_schema(schema, None, False).regex
+    for v in values:
+        assert re.fullmatch(rx, str(v)) and not re.fullmatch(rx, f"{v}.0")
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", **schema}
+    assert not re.fullmatch(compile_json_schema(draft4, None, False).regex, f"{values[0]}.0")
+
+
+def test_number_enum_values_keep_their_spellings():
+    rx = compile_json_schema({"enum": [0, 1.5]}, None, False).regex
+    assert all(re.fullmatch(rx, text) for text in ("0", "0.0", "1.5", "1.50"))
