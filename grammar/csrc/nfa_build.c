@@ -3,7 +3,6 @@
  * y, its length in the program with its children) and its children:
  *   ATOM a 0          the atom's UTF-8 byte-range sequences (atoms[atom_ptr[a]..])
  *   SEQ n 0 <n nodes>   ALT n 0 <n nodes>   REPEAT lo hi <node>   (hi -1: unbounded)
- *   REF at 0          the node at program index `at` again (a subtree shared)
  * and an atom as: nseq, then per sequence its length and (lo, hi) byte pairs.
  * The result: num_nodes, epsilon edges (src, dst) and byte edges (src, lo, hi, dst), the graph
  * tests/grammar/regex/nfa_oracle.py's Python construction builds (its node numbers may differ). */
@@ -92,14 +91,7 @@ static int32_t atom(nfa_builder *b, int32_t a, int32_t start) {
     int32_t nodes = t[0], n_edges = t[1];
     if (b->num_nodes > b->max_nodes - nodes) { b->status = REGEX_TOO_LARGE; return 0; }
     b->num_nodes += nodes;
-    if (b->edges.len + 4 * (int64_t)n_edges > b->edges.cap) {
-        int64_t need = b->edges.len + 4 * (int64_t)n_edges, cap = b->edges.cap ? b->edges.cap : 1024;
-        while (cap < need) cap *= 2;
-        int32_t *data = realloc(b->edges.data, cap * sizeof(int32_t));
-        if (!data) { b->status = REGEX_NO_MEMORY; return 0; }
-        b->edges.data = data;
-        b->edges.cap = cap;
-    }
+    if (vec32_reserve(&b->edges, 4 * (int64_t)n_edges)) { b->status = REGEX_NO_MEMORY; return 0; }
     int32_t *out = b->edges.data + b->edges.len;
     for (int32_t e = 0; e < n_edges; e++) {
         const int32_t *x = t + 2 + 4 * e;
@@ -146,7 +138,6 @@ static int32_t build(nfa_builder *b, int64_t pc, int32_t start) {
     switch (prog[pc]) {
     case OP_ATOM: return atom(b, prog[pc + 1], start);
     case OP_REPEAT: return repeat(b, pc, start);
-    case OP_REF: return build(b, prog[pc + 1], start);
     case OP_SEQ: {
         int32_t n = prog[pc + 1];
         pc += 4;

@@ -37,15 +37,19 @@ typedef struct {
     range_vec ranges, stack; /* an atom's code point ranges; utf8_sequences' work stack */
 } parser;
 
+int vec32_reserve(vec32 *v, int64_t n) {
+    if (v->len + n <= v->cap) return REGEX_OK;
+    int64_t cap = v->cap ? 2 * v->cap : 256;
+    while (cap < v->len + n) cap *= 2;
+    int32_t *data = realloc(v->data, cap * sizeof(int32_t));
+    if (!data) return REGEX_NO_MEMORY;
+    v->data = data;
+    v->cap = cap;
+    return REGEX_OK;
+}
+
 int vec32_push(vec32 *v, const int32_t *xs, int64_t n) {
-    if (v->len + n > v->cap) {
-        int64_t cap = v->cap ? 2 * v->cap : 256;
-        while (cap < v->len + n) cap *= 2;
-        int32_t *data = realloc(v->data, cap * sizeof(int32_t));
-        if (!data) return REGEX_NO_MEMORY;
-        v->data = data;
-        v->cap = cap;
-    }
+    if (vec32_reserve(v, n)) return REGEX_NO_MEMORY;
     memcpy(v->data + v->len, xs, n * sizeof(int32_t));
     v->len += n;
     return REGEX_OK;
@@ -264,7 +268,7 @@ static int32_t class_char(parser *p, int64_t k, int64_t limit, int first, int64_
     return decode(p, next);
 }
 
-static int64_t contains_pair(const uint8_t *t, int64_t lo, int64_t hi, uint8_t c) {
+static int contains_pair(const uint8_t *t, int64_t lo, int64_t hi, uint8_t c) {
     for (int64_t k = lo; k + 1 < hi; k++)
         if (t[k] == c && t[k + 1] == c) return 1;
     return 0;

@@ -3,7 +3,7 @@
 #define GDSERVE_REGEX_PARSE_H
 #include <stdint.h>
 
-enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3, OP_REF = 4 };
+enum { OP_ATOM = 0, OP_SEQ = 1, OP_ALT = 2, OP_REPEAT = 3 };
 enum { REGEX_OK = 0, REGEX_NO_MEMORY = -1, REGEX_TOO_LARGE = -2, REGEX_UNSUPPORTED = -3 };
 
 typedef struct {
@@ -11,7 +11,8 @@ typedef struct {
     int64_t len, cap;
 } vec32;
 
-/* 0, or REGEX_NO_MEMORY where the vector could not grow. */
+/* 0, or REGEX_NO_MEMORY where the vector could not grow: room for n more; n more appended. */
+int vec32_reserve(vec32 *v, int64_t n);
 int vec32_push(vec32 *v, const int32_t *xs, int64_t n);
 
 typedef struct {

@@ -588,21 +588,25 @@ def _declared_types(flat: list[Subschema]) -> set | None:
     writer spells integral values without a fraction where "fraction" is not among them."""
     types = None
     for sub in flat:
-        t = sub.schema.get("type") if isinstance(sub.schema, dict) else None
-        names = [t] if isinstance(t, str) else t if isinstance(t, list) else []
-        if names and all(x in TYPES_OF_NAME for x in names):
-            ts = set().union(*(TYPES_OF_NAME[x] for x in names))
+        ts = _types_named(sub.schema.get("type")) if isinstance(sub.schema, dict) else None
+        if ts is not None:
             types = ts if types is None else types & ts
     return types
 
 
+def _types_named(t) -> set | None:
+    """The instance types a `type` value names; None where it is no valid `type`."""
+    names = [t] if isinstance(t, str) else t
+    if not isinstance(names, list) or not names or any(x not in TYPES_OF_NAME for x in names):
+        return None
+    return set().union(*(TYPES_OF_NAME[x] for x in names))
+
+
 def _merge_type_enum(n: MergedSchema, s: dict, p: str) -> None:
     if "type" in s:
-        t = s["type"]
-        names = [t] if isinstance(t, str) else t
-        if not isinstance(names, list) or not names or any(x not in TYPES_OF_NAME for x in names):
-            raise GrammarError(f"invalid 'type' at {show_pointer(p)}: {t!r}")
-        ts = set().union(*(TYPES_OF_NAME[x] for x in names))
+        ts = _types_named(s["type"])
+        if ts is None:
+            raise GrammarError(f"invalid 'type' at {show_pointer(p)}: {s['type']!r}")
         n.types = ts if n.types is None else n.types & ts
     for kw in ("enum", "const"):
         if kw not in s:
