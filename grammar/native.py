@@ -39,6 +39,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.find_loops.restype = i32
     lib.token_distances.argtypes = [p, i32, p, i32, p, p, i32, p, p]
     lib.token_distances.restype = None
+    lib.greedy_token_count.argtypes = [p, p, p, p, p, i32, ctypes.c_char_p, ctypes.c_int64]
+    lib.greedy_token_count.restype = ctypes.c_int64
     lib.byte_dfa_new.argtypes = [i32, i32, i32, i32, p, p, p, p, p, p, i32]
     lib.byte_dfa_new.restype = p
     lib.byte_dfa_expand_all.argtypes = [p]
@@ -53,6 +55,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.byte_dfa_expand.restype = i32
     lib.byte_dfa_reach.argtypes = [p, i32, i32]
     lib.byte_dfa_reach.restype = i32
+    lib.byte_dfa_walk.argtypes = [p, i32, ctypes.c_char_p, ctypes.c_int64, p]
+    lib.byte_dfa_walk.restype = i32
     lib.byte_dfa_max_distance.argtypes = [p]
     lib.byte_dfa_max_distance.restype = ctypes.c_int64
     lib.byte_dfa_reaches.argtypes = [p, i32, p]

@@ -335,6 +335,50 @@ class TokenTrie:
             lengths = self._pure_tokens.put(loop, np.where(pure, lengths, np.iinfo(np.int32).max).astype(np.int32))
         return lengths
 
+    def greedy_count(self, text: bytes, vocab_size: int) -> int | None:
+        """Tokens in the greedy tokenization of `text` (from each position the longest token below
+        vocab_size that the rest starts with), None where no token starts at some position. An
+        upper bound on the fewest tokens that spell the text, and for text a grammar accepts, on
+        the tokens its masks need to follow it: a mask allows every token whose bytes it accepts."""
+        lib = mask_library()
+        if lib is not None:
+            count = lib.greedy_token_count(*self._greedy_args, vocab_size, text, len(text))
+            return None if count < 0 else count
+        return self._greedy_count(text, vocab_size)
+
+    def _greedy_count(self, text: bytes, vocab_size: int) -> int | None:
+        """greedy_count without the native library: the same walk down the preorder trie."""
+        i = count = 0
+        while i < len(text):
+            longest, node, j = 0, int(self.first_nodes[text[i]]), 0
+            while node >= 0:
+                if (self.tok_ids[self.tok_ptr[node]:self.tok_ptr[node + 1]] < vocab_size).any():
+                    longest = j + 1
+                j += 1
+                node = self._child(node, text[i + j]) if i + j < len(text) else -1
+            if not longest:
+                return None
+            i, count = i + longest, count + 1
+        return count
+
+    def _child(self, node: int, b: int) -> int:
+        child, end = node + 1, int(self.skip[node])
+        while child < end and self.byte[child] != b:
+            child = int(self.skip[child])
+        return child if child < end else -1
+
+    @cached_property
+    def _greedy_args(self) -> tuple[int, ...]:
+        return tuple(map(_ptr, (self.byte, self.skip, self.first_nodes, self.tok_ptr, self.tok_ids)))
+
+    @cached_property
+    def first_nodes(self) -> np.ndarray:
+        """int32 [256]: the depth-1 node reading each byte (-1: none)."""
+        out = np.full(256, -1, dtype=np.int32)
+        starts = np.flatnonzero(self.depth == 1)
+        out[self.byte[starts]] = starts
+        return out
+
     @cached_property
     def max_depth(self) -> int:
         return int(self.depth.max())

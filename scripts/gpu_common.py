@@ -34,7 +34,7 @@ def setup_imports() -> None:
     pkg.mkdir()
     for entry in (ROOT / "gdserve").iterdir():
         (pkg / entry.name).symlink_to(entry)
-    for name in ("grammar", "kernels"):
+    for name in ("grammar", "kernels", "schemas"):  # pyproject's package-dir
         (pkg / name).symlink_to(ROOT / name)
     sys.path.insert(0, str(pkg.parent))
     # A wheel's name starts with its module's name (outlines_core-0.2.14-...): install the missing.

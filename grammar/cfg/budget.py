@@ -2,9 +2,10 @@
 tokens after which a completion of the constraint is known to fit in the tokens left
 (CfgGrammar.budget_row), as the regex path does with its DFA's distances.
 
-A token's completion is the length in bytes of a known completion of the state it leads to
-(cfg.complete's search, cached per state); a byte is a token at worst, so bytes bound tokens from
-above. Two kinds of token are checked, both cheaply: those that start the state's own shortest
+A token's completion is a known completion of the state it leads to (cfg.complete's search,
+cached per state), counted in the tokens of its greedy tokenization: the masks allow each of them
+in turn (a mask allows every token whose bytes the grammar accepts), so they bound the tokens
+that completion takes from above (in a BPE vocabulary well under its bytes). Two kinds of token are checked, both cheaply: those that start the state's own shortest
 completion (they inherit its rest, no search), and those that stay inside the current lexeme with
 no lexeme ending inside them (a string's body: most of the vocabulary), grouped by the lexer state
 they lead to (InsideGroups, per lexer state: the stack does not change them): one search per
@@ -13,7 +14,7 @@ near the budget: refusing a token never makes an output invalid, and following o
 tokens, a sequence completes in time.
 
 A state's checked tokens (NextCompletions) make one row per set of groups that fit: the rows
-differ only where the budget crosses a group's completion length, so a row is built once per
+differ only where the budget crosses a group's completion tokens, so a row is built once per
 length crossed, then looked up.
 """
 import bisect
@@ -88,10 +89,11 @@ def next_completions(grammar, state, budget: int) -> "NextCompletions":
         group_words = groups.words
         for lex in groups.ends:
             path = _group_completion(grammar, config.stack, lex, budget)
-            group_lens.append(UNKNOWN if path is None else len(path))
+            group_lens.append(UNKNOWN if path is None else grammar.text_tokens(path))
     own = grammar.known_completion(state)
     prefix_ids = prefix_tokens(grammar, own) if own else np.zeros(0, dtype=np.int64)
-    prefix_lens = np.array([len(own) - len(grammar.token_data(t)) for t in prefix_ids.tolist()], dtype=np.int64)
+    prefix_lens = np.array([grammar.text_tokens(own[len(grammar.token_data(t)):]) for t in prefix_ids.tolist()],
+                           dtype=np.int64)
     accepting = grammar.state_mask(state).accepting
     return NextCompletions(budget, grammar.vocab_size, group_words, group_lens, prefix_ids, prefix_lens,
                            grammar.eos_ids if accepting else None)
@@ -123,15 +125,15 @@ def _group_completion(grammar, stack, lex: int, budget: int) -> bytes | None:
 
 @dataclass(eq=False)
 class NextCompletions:
-    """A state's checked tokens (module docstring) and the bytes of a known completion after
+    """A state's checked tokens (module docstring) and the tokens of a known completion after
     each, found by searches bounded by `searched` bytes (UNKNOWN where none was found within it:
     the answers hold for every smaller budget)."""
     searched: int
     vocab_size: int
     group_words: np.ndarray     # uint32 [G, W]
-    group_lens: list[int]       # per group
+    group_lens: list[int]       # per group, in tokens
     prefix_ids: np.ndarray      # int64: the tokens that start the state's own completion
-    prefix_lens: np.ndarray     # int64: the rest of it after each
+    prefix_lens: np.ndarray     # int64: the rest of it after each, in tokens
     eos_ids: np.ndarray | None  # set in every row: the state accepts EOS
     lengths: list[int] = field(init=False)  # the distinct known completion lengths, shortest first
     _rows: dict[int, torch.Tensor] = field(default_factory=dict, init=False)
@@ -141,7 +143,7 @@ class NextCompletions:
         self.lengths = sorted(known)
 
     def row(self, limit: int) -> torch.Tensor:
-        """int32 [W]: the checked tokens whose completion takes at most `limit` bytes, and EOS
+        """int32 [W]: the checked tokens whose completion takes at most `limit` tokens, and EOS
         where the state accepts it. Shared: read, never modify."""
         key = bisect.bisect_right(self.lengths, limit)
         row = self._rows.get(key)

@@ -391,30 +391,38 @@ class CfgGrammar:
 
     @cached_property
     def closing_window(self) -> int:
-        """Bytes past a state's own shortest completion within which its row keeps only checked
-        tokens (before it, a token would have to add more than this to the completion to matter:
-        one that opens an optional member adds that member's shortest text, rarely more). The
+        """Tokens past a state's own completion within which its row keeps only checked tokens
+        (before it, a token would have to add more than this to the completion to matter: one
+        that opens an optional member adds that member's shortest text, rarely more, and a text
+        takes at most a token per byte). The
         margin itself: a window wider than needed would narrow every short answer (a max_tokens
         of 64 on json_object would leave only `{}`)."""
         return self.steer_margin
 
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
-        """The state's row; near the budget (within closing_window bytes of the state's shortest
+        """The state's row; near the budget (within closing_window tokens of the state's short
         completion) only the checked tokens after which a known completion fits in `budget` more
-        tokens (bytes bound tokens from above: cfg.budget), and EOS where allowed; where none
-        fits, those whose completion is shortest. The whole row where no completion is known."""
+        tokens (its greedy tokenization's: cfg.budget), and EOS where allowed; where none fits,
+        those whose completion is shortest. The whole row where no completion is known."""
         full = self.state_mask(state)
         if budget >= self.closing_zone:
             return full.row
         # A bounded search: an unbounded one can take seconds where no short completion exists.
         own = (self.completion_within(state, budget + self.closing_window) or self.known_completion(state)
                or self.closing_completion(state))
-        if own is None or len(own) + self.closing_window <= budget:
+        if own is None or self.text_tokens(own) + self.closing_window <= budget:
             return full.row
         closing = self.next_completions(state, budget)
         if not closing.lengths:
             return self.eos_row if full.accepting else full.row
         return closing.row(budget if full.accepting else max(budget, closing.lengths[0]))  # or head for the end
+
+    def text_tokens(self, text: bytes) -> int:
+        """The tokens that follow `text` (a completion) at most: its greedy tokenization's count,
+        every token of which the masks allow on the way (each allows the tokens whose bytes the
+        grammar accepts); its bytes where some byte starts no token."""
+        count = self.trie.greedy_count(text, self.vocab_size)
+        return len(text) if count is None else count
 
     def token_data(self, token_id: int) -> bytes | None:
         t = self.trie

@@ -272,6 +272,17 @@ int32_t byte_dfa_reach(void *handle, int32_t s, int32_t depth) {
     return 0;
 }
 
+/* The state after reading data[0..n) from s (class_of: byte -> class), expanding the states on
+   the way; 0 where the walk dies, -1 where the states or memory ran out. */
+int32_t byte_dfa_walk(void *handle, int32_t s, const uint8_t *data, int64_t n, const uint8_t *class_of) {
+    Builder *b = handle;
+    for (int64_t i = 0; i < n && s; i++) {
+        if (!b->expanded[s] && byte_dfa_expand(b, s)) return -1;
+        s = b->trans[(int64_t)s * b->n_classes + class_of[data[i]]];
+    }
+    return s;
+}
+
 void byte_dfa_free(void *handle) {
     Builder *b = handle;
     if (!b) return;

@@ -301,3 +301,26 @@ void token_distances(const int32_t *node_state, int32_t n_nodes, const int32_t *
         out[t] = distance[node_state[node < 0 ? n_nodes : node]];
     }
 }
+
+/* Tokens in the greedy tokenization of text[0..n) (from each position the longest token below
+   vocab_size that the rest starts with), or -1 where no token starts at some position. first[b]:
+   the depth-1 node reading byte b (-1: none); the children of a node lie in its preorder
+   subtree, one after another through skip. */
+int64_t greedy_token_count(const uint8_t *byte, const int32_t *skip, const int32_t *first, const int32_t *tok_ptr,
+                           const int32_t *tok_ids, int32_t vocab_size, const uint8_t *text, int64_t n) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; count++) {
+        int64_t longest = 0;
+        for (int32_t c = first[text[i]], j = 0; c >= 0;) {
+            for (int32_t k = tok_ptr[c]; k < tok_ptr[c + 1]; k++)
+                if (tok_ids[k] < vocab_size) { longest = j + 1; break; }
+            if (++j >= n - i) break;
+            int32_t end = skip[c];
+            for (c++; c < end && byte[c] != text[i + j]; c = skip[c]) {}
+            if (c >= end) break;
+        }
+        if (!longest) return -1;
+        i += longest;
+    }
+    return count;
+}

@@ -30,7 +30,8 @@ class LazyByteDFA:
 
     def __init__(self, nfa: ByteNFA, order: tuple[int, ...] = ()):
         self.nfa = nfa
-        self.classes = nfa.class_of
+        self.classes = np.ascontiguousarray(nfa.class_of, dtype=np.uint8)
+        self._class_ptr = self.classes.ctypes.data
         self._lib = mask_library()
         self._handle = new_builder(self._lib, nfa)
         if not self._handle:
@@ -82,14 +83,9 @@ class LazyByteDFA:
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after reading `data` from `state` (dead if it dies on the way)."""
-        classes = self.classes
-        trans, _, _, expanded, _ = self._arrays()
-        for b in data:
-            if not expanded.item(state):
-                self._check(self._lib.byte_dfa_expand(self._handle, state))
-                self._expanded()
-                trans, _, _, expanded, _ = self._arrays()
-            state = trans.item(state, classes.item(b))
+        state = self._lib.byte_dfa_walk(self._handle, state, data, len(data), self._class_ptr)
+        self._check(state)
+        self._expanded()
         return state
 
     def _expanded(self) -> None:

@@ -13,6 +13,7 @@ from gdserve.bench.agents import read_schema
 from gdserve.grammar import GrammarError, allocate_token_bitmask, compile_grammar
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.cfg import budget
+from gdserve.grammar.cfg.grammar import CfgGrammar
 from gdserve.grammar.completion_size import shortest_completion_bytes
 from gdserve.kernels.bitmask import unpack_words
 from tests.helpers import CONFORMANCE, require_corpus
@@ -113,3 +114,23 @@ def test_inside_groups_pack_alike_at_any_group_count(smollm2_tokenizer, monkeypa
     scattered = budget.inside_groups(grammar, config.lex)
     assert len(table.ends) > 1 and table.ends == scattered.ends
     assert np.array_equal(table.words, scattered.words)
+
+
+
+GRAMMAR_PATH = [("json_object", True), ("grammar", "builtin:json"), ("grammar", "builtin:function_call"),
+                ("grammar", "builtin:sql_select"), ("json", "agents/extract_expense_report.json")]
+
+
+@pytest.mark.parametrize("slack", [0, 2, 10])
+@pytest.mark.parametrize("kind,spec", GRAMMAR_PATH)
+def test_grammar_path_closes_within_its_completion_in_tokens(smollm2_tokenizer, kind, spec, slack):
+    """On the grammar path a completion counts the tokens of its greedy tokenization, not its
+    bytes: a max_tokens just above that count, well below the bytes, still completes."""
+    spec = read_schema(ROOT / "schemas" / spec) if kind == "json" else spec
+    grammar = compile_grammar(kind, spec, smollm2_tokenizer)
+    assert isinstance(grammar, CfgGrammar)
+    own = grammar.completion(grammar.initial)
+    tokens = grammar.text_tokens(own)
+    assert tokens < len(own) or len(own) < 4
+    for seed in range(3):
+        assert sample_until_done(grammar, tokens + 1 + slack, np.random.default_rng(seed))

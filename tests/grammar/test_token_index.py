@@ -204,3 +204,40 @@ def test_pickle_round_trip_shares_the_trie(smollm2_tokenizer):
     for token in smollm2_tokenizer.encode("123x", add_special_tokens=False):
         assert m.accept_token(token)
     assert m.accept_token(2) and m.is_terminated()
+
+
+def _greedy_reference(text: bytes, spellings: dict[bytes, int], vocab_size: int) -> int | None:
+    """The longest token at each position, by trying every length from the longest down."""
+    longest = max(map(len, spellings))
+    i = count = 0
+    while i < len(text):
+        n = next((n for n in range(min(longest, len(text) - i), 0, -1)
+                  if spellings.get(text[i:i + n], vocab_size) < vocab_size), 0)
+        if not n:
+            return None
+        i, count = i + n, count + 1
+    return count
+
+
+@pytest.mark.parametrize("vocab_size", [None, 300])
+def test_greedy_count_takes_the_longest_token_at_each_step(smollm2_tokenizer, sp_tokenizer, monkeypatch, vocab_size):
+    rng = np.random.default_rng(0)
+    alphabet = np.frombuffer(b'{}[]":,abcdefgh 0123456789\n\\\xc3\xa9', dtype=np.uint8)
+    texts = [b'{"employee_email":"a@b.c","lines":[{"date":"2024-01-01","amount":12.5}]}', b"", b"\xff\xfe"]
+    texts += [rng.choice(alphabet, rng.integers(0, 60)).tobytes() for _ in range(100)]
+    for tokenizer in (smollm2_tokenizer, sp_tokenizer):
+        vocab = token_vocabulary(tokenizer)
+        trie = compile_grammar("regex", "a", tokenizer).index.trie
+        size = vocab_size or vocab.size
+        spellings = {}
+        for token_id, data in enumerate(vocab.token_bytes):
+            if data:
+                spellings[data] = min(token_id, spellings.get(data, token_id))
+        counts = [trie.greedy_count(t, size) for t in texts]
+        assert counts == [_greedy_reference(t, spellings, size) for t in texts]
+        assert counts[0] <= len(texts[0]) and counts[1] == 0
+        if tokenizer is smollm2_tokenizer and vocab_size is None:  # a BPE vocabulary: well under a token a byte
+            assert counts[0] < 0.6 * len(texts[0])
+        monkeypatch.setattr("gdserve.grammar.token_index.mask_library", lambda: None)
+        assert [trie.greedy_count(t, size) for t in texts] == counts
+        monkeypatch.undo()
