@@ -56,6 +56,11 @@ class EngineConfig:
     # vocabulary, its token trie and its own imports, ~250 MB resident). The engine starts them
     # with itself, in the background, so a first burst of guided requests waits only for compiles.
     grammar_compile_workers: int | None = None
+    # Processes holding the guided sequences' matchers, so that a step's rows are computed on that
+    # many cores at once (grammar/matcher_pool.py). None: on a GPU the usable cores less two (the
+    # engine loop's, and one for the compile workers), at most 16: the forward leaves the host's
+    # cores free; on the CPU 0, the engine's thread (the cores run the forward)
+    grammar_mask_workers: int | None = None
     # Compiled grammars persist here across restarts ("auto": $GDSERVE_CACHE/grammars; None: off)
     grammar_cache_dir: str | None = "auto"
     enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
@@ -102,6 +107,9 @@ class EngineConfig:
         if self.grammar_compile_workers is None:
             self.grammar_compile_workers = default_compile_workers()
         _check(self.grammar_compile_workers >= 1, "grammar_compile_workers", "must be >= 1")
+        if self.grammar_mask_workers is None:
+            self.grammar_mask_workers = default_mask_workers(self.torch_device())
+        _check(self.grammar_mask_workers >= 0, "grammar_mask_workers", "must be >= 0")
         _check(self.max_loras >= 1, "max_loras", "must be >= 1")
         _check(self.max_lora_rank >= 1, "max_lora_rank", "must be >= 1")
         if self.max_cpu_loras is None:
@@ -160,12 +168,24 @@ def default_max_num_seqs(num_kv_tokens: int, max_num_batched_tokens: int) -> int
     seats = max(MIN_DEFAULT_SEQS, min(MAX_DEFAULT_SEQS, num_kv_tokens // TOKENS_PER_SEAT))
     return max(1, min(seats, max_num_batched_tokens))
 MAX_DEFAULT_COMPILE_WORKERS = 8
+MAX_DEFAULT_MASK_WORKERS = 16
 
 
 def default_compile_workers() -> int:
     """grammar_compile_workers when unset: the usable cores less one, within [1, 8]."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores - 1, MAX_DEFAULT_COMPILE_WORKERS))
+    return max(1, min(_usable_cores() - 1, MAX_DEFAULT_COMPILE_WORKERS))
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_mask_workers(device: torch.device) -> int:
+    """grammar_mask_workers when unset: on a GPU the usable cores less two, within [1, 16]; on
+    the CPU none."""
+    if device.type == "cpu":
+        return 0
+    return max(1, min(_usable_cores() - 2, MAX_DEFAULT_MASK_WORKERS))
 
 
 @cache

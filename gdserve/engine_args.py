@@ -39,6 +39,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grammar-compile-workers", type=int,
                         help="processes compiling constraints, started with the engine (default: the usable "
                              "CPU cores less one, at most 8)")
+    parser.add_argument("--grammar-mask-workers", type=int,
+                        help="processes holding the guided sequences' matchers, so that a step's rows are computed "
+                             "on that many cores at once (default: on a GPU the usable CPU cores less two, at most 16; "
+                             "on the CPU 0, the engine's thread)")
     parser.add_argument("--grammar-cache-dir", default="auto",
                         help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
                              "'none' turns it off)")
@@ -67,7 +71,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 preemption_mode=args.preemption_mode, swap_space=args.swap_space,
                 schedule_conservativeness=args.schedule_conservativeness,
                 grammar_compile_timeout_s=args.grammar_compile_timeout_s,
-                grammar_compile_workers=args.grammar_compile_workers, enforce_eager=args.enforce_eager,
+                grammar_compile_workers=args.grammar_compile_workers,
+                grammar_mask_workers=args.grammar_mask_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
                 async_scheduling=args.async_scheduling, enable_lora=args.enable_lora, max_loras=args.max_loras,
                 max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras,

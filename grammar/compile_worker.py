@@ -36,8 +36,8 @@ from gdserve.utils import settle_gc
 
 MODULE = "gdserve.grammar.compile_worker"
 # Run by `python -c`: take the parent's sys.path, then serve on the inherited socket fd.
-BOOTSTRAP = (f"import sys; sys.path[:] = sys.argv[3:]; from {MODULE} import main; "
-             "main(int(sys.argv[1]), int(sys.argv[2]))")
+BOOTSTRAP = ("import sys, importlib; sys.path[:] = sys.argv[4:]; "
+             "importlib.import_module(sys.argv[3]).main(int(sys.argv[1]), int(sys.argv[2]))")
 PR_SET_PDEATHSIG = 1
 
 
@@ -47,7 +47,7 @@ class WorkerDied(Exception):
 
 # ---- worker side -------------------------------------------------------------------------------
 def main(fd: int, parent_pid: int) -> None:
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which then closes us
     conn = Connection(fd)
     try:
@@ -61,7 +61,7 @@ def main(fd: int, parent_pid: int) -> None:
         pass
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Linux: SIGKILL this process when the thread that started it exits; exit now if the parent
     is already gone (it may have died before the request took effect)."""
     if sys.platform.startswith("linux"):
@@ -93,12 +93,12 @@ def _compile(vocab: TokenVocabulary, kind: str, spec: object, options: dict,
         return GrammarError(f"{kind} compile failed: {type(e).__name__}: {e}")
 
 
-class _TriePickler(pickle.Pickler):
+class TriePickler(pickle.Pickler):
     def persistent_id(self, obj: object) -> str | None:
         return obj.fingerprint if isinstance(obj, TokenTrie) else None
 
 
-class _TrieUnpickler(pickle.Unpickler):
+class TrieUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, trie: TokenTrie):
         super().__init__(io.BytesIO(data))
         self.trie = trie
@@ -112,7 +112,7 @@ class _TrieUnpickler(pickle.Unpickler):
 def _send_result(conn: Connection, result: Grammar | GrammarError) -> None:
     buffer = io.BytesIO()
     try:
-        _TriePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
+        TriePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
         payload = buffer.getvalue()
     except Exception as e:  # noqa: BLE001 (a grammar that cannot travel is a failed compile)
         payload = pickle.dumps(GrammarError(f"compiled grammar cannot be sent back: {type(e).__name__}: {e}"))
@@ -133,12 +133,13 @@ class WorkerProcess:
         return self.process.pid
 
     @classmethod
-    def start(cls) -> "WorkerProcess":
-        """Start the process (it then imports gdserve.grammar; handshake() waits for it)."""
+    def start(cls, module: str = MODULE) -> "WorkerProcess":
+        """Start the process running `module`'s main(fd, parent_pid) (it then imports
+        gdserve.grammar; handshake() waits for it)."""
         ours, theirs = socket.socketpair()
         with theirs:
             process = subprocess.Popen(
-                [sys.executable, "-c", BOOTSTRAP, str(theirs.fileno()), str(os.getpid()), *sys.path],
+                [sys.executable, "-c", BOOTSTRAP, str(theirs.fileno()), str(os.getpid()), module, *sys.path],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         return cls(process, Connection(ours.detach()))
 
@@ -163,7 +164,7 @@ class WorkerProcess:
         except (EOFError, OSError):
             raise WorkerDied from None
         try:
-            return _TrieUnpickler(message, trie).load()
+            return TrieUnpickler(message, trie).load()
         except Exception as e:  # noqa: BLE001 (read whole: the stream is still in step)
             return GrammarError(f"{kind} compiled grammar cannot be read back: {type(e).__name__}: {e}")
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gdserve.config import EngineConfig, cpu_has_native_bf16, default_max_num_seqs
+from gdserve.config import EngineConfig, cpu_has_native_bf16, default_mask_workers, default_max_num_seqs
 
 
 def test_auto_dtype_follows_the_cpus_bf16_support(monkeypatch):
@@ -42,6 +42,16 @@ def test_compile_workers_default_to_the_usable_cores_less_one_capped(monkeypatch
     assert EngineConfig(device="cpu", grammar_compile_workers=32).grammar_compile_workers == 32
     with pytest.raises(ValueError, match="grammar_compile_workers must be >= 1"):
         EngineConfig(device="cpu", grammar_compile_workers=0)
+
+
+@pytest.mark.parametrize("cores,workers", [(1, 1), (2, 1), (4, 2), (16, 14), (128, 16)])
+def test_mask_workers_default_to_the_usable_cores_less_two_on_a_gpu_none_on_the_cpu(monkeypatch, cores, workers):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert default_mask_workers(torch.device("cuda")) == workers
+    assert EngineConfig(device="cpu").grammar_mask_workers == 0
+    assert EngineConfig(device="cpu", grammar_mask_workers=3).grammar_mask_workers == 3
+    with pytest.raises(ValueError, match="grammar_mask_workers must be >= 0"):
+        EngineConfig(device="cpu", grammar_mask_workers=-1)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -327,7 +327,8 @@ def cmd_agents(args: argparse.Namespace, engine_args: dict) -> None:
     result = {**run_header(args, config, n), "schema_dirs": [str(d) for d in dirs], "seed": seed,
               "max_tokens": max_tokens, "temperature": temperature,
               "grammar_compile_timeout_s": config.grammar_compile_timeout_s,
-              "grammar_compile_workers": config.grammar_compile_workers, "targets": TARGETS}
+              "grammar_compile_workers": config.grammar_compile_workers,
+              "grammar_mask_workers": config.grammar_mask_workers, "targets": TARGETS}
     llm = warm_llm(args.model, engine_args, [{"prompt_token_ids": prompts[0]}])
     engine = llm.engine
     try:

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gdserve.engine.request import Sequence
@@ -19,7 +20,9 @@ from gdserve.grammar import Grammar, allocate_token_bitmask
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import min_completion_tokens, shortest_completion_bytes
 from gdserve.grammar.matcher import stack_rows
+from gdserve.grammar.matcher_pool import ACCEPTED, PARKED, READY, REFUSED, TERMINATED, MatcherPool, advance_matcher
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
+from gdserve.kernels.bitmask import bitmask_width
 from gdserve.kernels import apply_token_bitmask
 from gdserve.sampling_params import StructuredOutputsParams
 
@@ -83,14 +86,18 @@ def check_fits(grammar: Grammar, max_tokens: int) -> None:
 
 class GuidedDecoder:
     def __init__(self, tokenizer, eos_token_ids: set[int], vocab_size: int, compile_timeout_s: float,
-                 compile_workers: int, cache_dir: Path | None = None):
+                 compile_workers: int, cache_dir: Path | None = None, mask_workers: int = 0):
+        """mask_workers: processes holding the matchers (grammar/matcher_pool.py), so that a step's
+        rows are computed on that many cores at once; 0: on the engine's thread."""
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
         self.compile_workers = compile_workers
+        self.mask_workers = mask_workers
         self.cache_dir = cache_dir
         self._service: CompileService | None = None
+        self._pool: MatcherPool | None = None
         self._closed = False
         self._bitmask = allocate_token_bitmask(1, vocab_size)
         self._indices = torch.empty(1, dtype=torch.int64)
@@ -115,10 +122,19 @@ class GuidedDecoder:
                                            cache_dir=self.cache_dir)
         return self._service
 
+    @property
+    def pool(self) -> MatcherPool:
+        if self._pool is None:
+            self._pool = MatcherPool(self.service.vocab, self.mask_workers, bitmask_width(self.vocab_size))
+        return self._pool
+
     def start_workers(self) -> None:
-        """Start the compile workers in the background, beside the model's load, so that the first
-        guided requests wait for their compiles only, not for the workers' start (seconds each)."""
+        """Start the compile (and mask) workers in the background, beside the model's load, so
+        that the first guided requests wait for their compiles only, not for the workers' start
+        (seconds each)."""
         self.service.start_workers()
+        if self.mask_workers:
+            self.pool.start()
 
     @property
     def busy_workers(self) -> int:
@@ -128,8 +144,12 @@ class GuidedDecoder:
     def submit(self, guided: StructuredOutputsParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
+    def new_matcher(self, grammar: Grammar) -> object:
+        """A sequence's matcher: in a mask worker where there are any, else here."""
+        return self.pool.matcher(grammar) if self.mask_workers else grammar.matcher()
+
     def begin_step(self) -> None:
-        """Start the step's allowance for new mask work (is_terminated and apply_bitmask)."""
+        """Start the step's allowance for new mask work (advance and apply_bitmask)."""
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
 
     def end_step(self, step_s: float) -> None:
@@ -138,25 +158,19 @@ class GuidedDecoder:
             self.step_times.append((step_s, self._step_mask_s, self._step_rows))
         self._step_mask_s, self._step_rows = 0.0, 0
 
-    def accept_token(self, seq: Sequence, token_id: int) -> bool:
-        """Advance seq's matcher by its sampled token; False if the grammar refuses it."""
+    def advance(self, sampled: list[tuple[Sequence, int]]) -> list[int | Exception]:
+        """Advance each guided sequence's matcher by its sampled token: per sequence ACCEPTED,
+        REFUSED (the grammar refuses the token), TERMINATED (accepted, and only EOS can follow;
+        not known within the step's allowance counts as not: the next row then holds only EOS),
+        or the exception its matcher raised."""
         start = time.perf_counter()
-        accepted = seq.matcher.accept_token(token_id)
+        if self.mask_workers:
+            answers = [a if isinstance(a, int) else RuntimeError(a) for a in self.pool.advance(
+                [(seq.matcher, t, _budget(seq)) for seq, t in sampled], self._allowance.deadline)]
+        else:
+            answers = [advance_matcher(seq.matcher, t, self._allowance) for seq, t in sampled]
         self._step_mask_s += time.perf_counter() - start
-        return accepted
-
-    def is_terminated(self, seq: Sequence) -> bool:
-        """Whether seq's constraint is complete with only EOS to follow; False while that is not
-        known within the step's allowance (its next row then holds only EOS)."""
-        start = time.perf_counter()
-        self._allowance.next_row()
-        with allowing(self._allowance):
-            try:
-                return seq.matcher.is_terminated()
-            except MaskPending:
-                return False
-            finally:
-                self._step_mask_s += time.perf_counter() - start
+        return answers
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
                       guard: Callable[[Sequence], AbstractContextManager]) -> list[Sequence]:
@@ -167,18 +181,43 @@ class GuidedDecoder:
         contains it: a row whose matcher raised is left unmasked (its sequence has been
         finished, so its token is dropped)."""
         start = time.perf_counter()
-        rows, words, parked = _next_rows(seqs, guard, self._allowance)
-        if rows:
-            self._mask(logits, rows, words)
+        if self.mask_workers:
+            rows, parked = self._pool_rows(logits, seqs, guard)
+        else:
+            rows, words, parked = _next_rows(seqs, guard, self._allowance)
+            if rows:
+                host, device = self._buffers(len(rows), logits.device)
+                stack_rows(host, words, self.vocab_size)
+                self._mask(logits, rows, host, device)
         if rows or parked:
             self._step_mask_s += time.perf_counter() - start
             self._step_rows += len(rows) + len(parked)
         return parked
 
-    def _mask(self, logits: torch.Tensor, rows: list[int], words: list[torch.Tensor]) -> None:
+    def _pool_rows(self, logits: torch.Tensor, seqs: list[Sequence],
+                   guard: Callable[[Sequence], AbstractContextManager]) -> tuple[list[int], list[Sequence]]:
+        live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
+        if not live:
+            return [], []
+        host, device = self._buffers(len(live), logits.device)
+        answers = self.pool.fill_rows([(seq.matcher, _budget(seq)) for _, seq in live], self._allowance.deadline,
+                                      host.numpy().view(np.uint32))
+        rows, parked = [], []
+        for (i, seq), answer in zip(live, answers):
+            if answer == READY:
+                rows.append(i)
+            elif answer == PARKED:
+                parked.append(seq)
+            else:
+                with guard(seq):
+                    raise RuntimeError(answer)
+        if rows:
+            self._mask(logits, rows, host[:len(rows)], device)
+        return rows, parked
+
+    def _mask(self, logits: torch.Tensor, rows: list[int], host: torch.Tensor, device: tuple | None) -> None:
+        """Apply host[k] (packed, filled) to logits row rows[k]."""
         num_rows = len(rows)
-        host, device = self._buffers(num_rows, logits.device)
-        stack_rows(host, words, self.vocab_size)
         indices = self._indices[:num_rows]
         indices.numpy()[:] = rows
         if device is not None:  # CUDA: pinned to buffers that stay allocated, behind the step's work
@@ -207,6 +246,10 @@ class GuidedDecoder:
 
     def close(self) -> None:
         self._closed = True
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._service is not None:
             self._service.close()
             self._service = None
+

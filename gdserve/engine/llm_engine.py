@@ -22,7 +22,7 @@ from gdserve.config import MAX_DEFAULT_SEQS, EngineConfig, default_max_num_seqs
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.executor import MultiprocExecutor
-from gdserve.engine.guided import GuidedDecoder, check_fits
+from gdserve.engine.guided import REFUSED, TERMINATED, GuidedDecoder, check_fits
 from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
@@ -109,7 +109,7 @@ class LLMEngine:
         self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
         self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
                                     config.grammar_compile_timeout_s, config.grammar_compile_workers,
-                                    config.grammar_cache_path())
+                                    config.grammar_cache_path(), config.grammar_mask_workers)
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
         self._cpu_threads = torch.get_num_threads() if self._shares_cores() else None
         self.max_model_len = self._max_model_len()
@@ -171,7 +171,7 @@ class LLMEngine:
     def _schedule(self, request_id: str, grammar: Grammar | None) -> None:
         with self._guard(request_id, "creating its grammar matcher"):
             for seq in self.requests[request_id]:
-                seq.matcher = grammar.matcher() if grammar is not None else None
+                seq.matcher = self.guided.new_matcher(grammar) if grammar is not None else None
                 self.scheduler.add(seq)
 
     def _admit_compiled(self) -> None:
@@ -425,6 +425,8 @@ class LLMEngine:
         if pending is None:
             return []
         token_ids, logprobs, top = pending.host.wait()
+        guided = [(seq, t) for seq, t in zip(pending.seqs, token_ids) if seq.matcher is not None and not seq.is_finished]
+        verdicts = dict(zip([seq for seq, _ in guided], self.guided.advance(guided))) if guided else {}
         taken = []
         for row, (seq, token_id) in enumerate(zip(pending.seqs, token_ids)):
             if seq.is_finished:  # before its row was sampled, or aborted since: the token is dropped
@@ -435,7 +437,7 @@ class LLMEngine:
             try:  # as _guard, without a context manager's cost per token
                 if logprobs is not None:
                     self._record_logprobs(seq, token_id, logprobs[row], top, row)
-                self._check_finished(seq, token_id)
+                self._check_finished(seq, token_id, verdicts.get(seq))
             except Exception:
                 self._request_failed(seq.request_id, "processing its sampled token")
             taken.append(seq)
@@ -457,10 +459,13 @@ class LLMEngine:
             entry.update((t, lp) for t, lp in zip(top[0][row][:k], top[1][row][:k]) if t not in entry)
         seq.logprobs.append(entry)
 
-    def _check_finished(self, seq: Sequence, token_id: int) -> None:
-        """seq has just gained token_id: advance its matcher and detokenizer, finish it if due."""
+    def _check_finished(self, seq: Sequence, token_id: int, verdict: int | Exception | None) -> None:
+        """seq has just gained token_id (verdict: its matcher's, GuidedDecoder.advance, for a
+        guided one): advance its detokenizer, finish it if due."""
         params = seq.params
-        if seq.matcher is not None and not self.guided.accept_token(seq, token_id):
+        if isinstance(verdict, Exception):
+            raise verdict
+        if verdict == REFUSED:
             self._fail(seq.request_id, f"token {token_id} was sampled outside the grammar's mask")
             return
         if token_id in self.eos_token_ids and (not params.ignore_eos or seq.matcher is not None):
@@ -472,7 +477,7 @@ class LLMEngine:
         seq.text += seq.detokenizer.append(token_id)
         if seq.detokenizer.stop_reason is not None:
             self._finish(seq, "stop", seq.detokenizer.stop_reason)
-        elif seq.matcher is not None and self.guided.is_terminated(seq):
+        elif verdict == TERMINATED:
             self._finish(seq, "stop")
         elif seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
             self._finish(seq, "length")

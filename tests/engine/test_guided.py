@@ -249,3 +249,28 @@ def test_a_slow_matcher_parks_its_sequence_not_the_batch(tiny_llama_dir):
     assert re.fullmatch(r"[a-z]{3,6}!", finished[slow_id].outputs[0].text)
     assert_no_leaks(llm)
     engine.close()
+
+
+def test_mask_workers_give_the_outputs_of_the_engine_thread(llm, smollm2_dir):
+    """Matchers in worker processes (grammar_mask_workers, the GPU default) give every sequence
+    the tokens it gets with its matcher on the engine's thread, sampled at random as well."""
+    names = ["person", "invoice", "calendar_event", "nullable_fields"]
+    schemas = [json.loads((SCHEMAS_DIR / f"{n}.json").read_text()) for n in names]
+    prompts = [chat_ids(llm, schema_prompt(n, s)) for n, s in zip(names, schemas)] * 2
+    params = [json_params(s, 96) for s in schemas]
+    params += [SamplingParams(max_tokens=96, temperature=1.0, seed=i, structured_outputs=StructuredOutputsParams(json=s))
+               for i, s in enumerate(schemas)]
+    prompts += [chat_ids(llm, "A code:"), chat_ids(llm, "Yes or no?")]
+    params += [SamplingParams(max_tokens=12, temperature=1.0, seed=7,
+                              structured_outputs=StructuredOutputsParams(regex=r"[A-Z]{2}-\d{3,6}")),
+               SamplingParams(max_tokens=4, temperature=1.0, seed=8,
+                              structured_outputs=StructuredOutputsParams(choice=["yes", "no"]))]
+    here = llm.generate(prompts, params)
+    pooled_llm = LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=512 << 20, grammar_mask_workers=2)
+    try:
+        pooled = pooled_llm.generate(prompts, params)
+        assert pooled_llm.engine.guided.pool.worker_pids()[0] is not None
+    finally:
+        pooled_llm.engine.close()
+    for a, b in zip(here, pooled):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids and b.outputs[0].finish_reason == "stop"

@@ -1,0 +1,343 @@
+"""Matchers in worker processes: a step's guided rows computed on several cores at once.
+
+A matcher's new work (a state's first row, a closing check near max_tokens) is mostly Python, so
+threads would serialize on the GIL; a pool of plain subprocesses (started as compile workers are:
+grammar/compile_worker.py) each holds the grammars placed on it and the matchers of their
+sequences. A grammar stays on one worker while it lives (its caches are that worker's, and every
+sequence of it gains from them), placed on the worker with the fewest live matchers.
+
+The engine talks to all of them once per phase of a step: `advance` (each sequence's sampled
+token: accepted?, terminated?) and `fill_rows` (each sequence's next row, packed, sent back as
+one blob per worker). Each message carries the operations queued for that worker since its last
+one (load or drop a grammar, open or close a matcher), so that placing a sequence costs no round
+trip. The workers run their parts at once; the engine waits for the slowest.
+
+Each worker bounds its step's new work by the engine's deadline (time.perf_counter is the
+system's monotonic clock, the same in every process), as the engine's own thread does
+(grammar/allowance.py). A worker that dies fails the sequences placed on it (their states were
+there) and is started again for new ones.
+"""
+import io
+import itertools
+import os
+import pickle
+import signal
+import threading
+import time
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from gdserve.grammar.allowance import Allowance, MaskPending, allowing
+from gdserve.grammar.compile_worker import WorkerDied, WorkerProcess, die_with_parent, TriePickler, TrieUnpickler
+from gdserve.grammar.token_index import token_trie
+from gdserve.grammar.vocabulary import TokenVocabulary
+from gdserve.utils import settle_gc
+
+MODULE = "gdserve.grammar.matcher_pool"
+ACCEPTED, REFUSED, TERMINATED = 0, 1, 2  # advance's answers (or an error's text)
+READY, PARKED = 0, 1                     # fill_rows' answers (or an error's text)
+BUSY_DECAY = 0.9  # a worker's moving average of its work per message: new grammars go where it is least
+
+
+# ---- worker side -------------------------------------------------------------------------------
+def main(fd: int, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        vocab, _ = conn.recv()
+        worker = _Worker(token_trie(vocab.token_bytes, vocab.fingerprint))
+        settle_gc()
+        conn.send(os.getpid())
+        while True:
+            ops, kind, work, deadline = conn.recv()
+            start = time.perf_counter()
+            worker.apply(ops)
+            conn.send((worker.run(kind, work, deadline), worker.busy_s + time.perf_counter() - start))
+            start = time.perf_counter()
+            worker.prefetch(deadline)  # while the engine reads the answers
+            worker.busy_s = time.perf_counter() - start
+    except (EOFError, OSError):  # the engine closed its end, or its process is gone
+        pass
+
+
+class _Worker:
+    def __init__(self, trie):
+        self.trie = trie
+        self.grammars: dict[int, object] = {}  # an Exception where the grammar could not be read
+        self.matchers: dict[int, object] = {}
+        self.to_prefetch: list[tuple[int, int]] = []  # (handle, budget) advanced, rows not asked yet
+        self.prefetched: dict[int, tuple[int, np.ndarray]] = {}  # handle -> (budget, its row)
+        self.busy_s = 0.0  # prefetching since the last answer
+
+    def apply(self, ops: list[tuple]) -> None:
+        for op, key, *rest in ops:
+            if op == "load":
+                try:
+                    self.grammars[key] = TrieUnpickler(rest[0], self.trie).load()
+                except Exception as e:  # noqa: BLE001 (its sequences fail with it)
+                    self.grammars[key] = RuntimeError(f"the grammar could not be read: {type(e).__name__}: {e}")
+            elif op == "drop":
+                self.grammars.pop(key, None)
+            elif op == "open":
+                grammar = self.grammars.get(rest[0], RuntimeError("the grammar was not loaded"))
+                self.matchers[key] = grammar if isinstance(grammar, Exception) else grammar.matcher()
+            elif op == "close":
+                self.matchers.pop(key, None)
+
+    def run(self, kind: str, work: list[tuple], deadline: float) -> object:
+        allowance = Allowance(deadline)
+        if kind == "advance":
+            answers = [_text(advance_matcher(self._matcher(h), t, allowance)) for h, t, _ in work]
+            self.prefetched.clear()
+            self.to_prefetch = [(h, b) for (h, _, b), a in zip(work, answers) if a == ACCEPTED]
+            return answers
+        with allowing(allowance):
+            return self._rows(work, allowance)
+
+    def prefetch(self, deadline: float) -> None:
+        """The rows the engine asks for next, computed while it reads the advance's answers
+        (work left unfinished at the deadline stays cached for the ask)."""
+        allowance = Allowance(deadline)
+        with allowing(allowance):
+            for handle, budget in self.to_prefetch:
+                allowance.next_row()
+                try:
+                    self.prefetched[handle] = (budget, self._matcher(handle).next_token_row(budget).numpy())
+                except Exception:  # noqa: BLE001 (MaskPending, or an error the ask reports)
+                    pass
+        self.to_prefetch = []
+
+    def _matcher(self, handle: int):
+        matcher = self.matchers.get(handle, RuntimeError("the matcher was not opened"))
+        return _Failed(matcher) if isinstance(matcher, Exception) else matcher
+
+    def _rows(self, work: list[tuple[int, int]], allowance: Allowance) -> tuple[list[int | str], bytes]:
+        out, rows = [], []
+        for handle, budget in work:
+            allowance.next_row()
+            try:
+                hit = self.prefetched.get(handle)
+                rows.append(hit[1] if hit and hit[0] == budget else self._matcher(handle).next_token_row(budget).numpy())
+                out.append(READY)
+            except MaskPending:
+                out.append(PARKED)
+            except Exception as e:  # noqa: BLE001 (fails that sequence alone)
+                out.append(f"{type(e).__name__}: {e}")
+        return out, np.concatenate(rows).tobytes() if rows else b""
+
+
+def advance_matcher(matcher, token_id: int, allowance: Allowance) -> int | Exception:
+    """Advance a matcher by its sequence's sampled token: ACCEPTED, REFUSED (no change),
+    TERMINATED (accepted, and only EOS can follow; not known within the allowance counts as not:
+    the next row then holds only EOS), or the exception it raised. The accept runs whole (outside
+    the allowance: a matcher's state never stops halfway)."""
+    try:
+        if not matcher.accept_token(token_id):
+            return REFUSED
+        allowance.next_row()
+        with allowing(allowance):
+            try:
+                return TERMINATED if matcher.is_terminated() else ACCEPTED
+            except MaskPending:
+                return ACCEPTED
+    except Exception as e:  # noqa: BLE001 (fails that sequence alone)
+        return e
+
+
+@dataclass
+class _Failed:
+    """A matcher that could not be opened: every call raises why."""
+    error: Exception
+
+    def __getattr__(self, name: str):
+        raise self.error
+
+
+def _text(answer: int | Exception) -> int | str:
+    return answer if isinstance(answer, int) else f"{type(answer).__name__}: {answer}"
+
+
+# ---- engine side -------------------------------------------------------------------------------
+@dataclass(eq=False)
+class RemoteMatcher:
+    """The engine's handle on a matcher that lives in a pool worker."""
+    pool: "MatcherPool"
+    worker: int
+    generation: int  # the worker's start count when placed: a restarted worker no longer holds it
+    handle: int
+
+    def __del__(self):
+        self.pool.release(self)
+
+
+class MatcherPool:
+    def __init__(self, vocab: TokenVocabulary, num_workers: int, width: int):
+        """width: int32 words per packed row (the bitmask's)."""
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.num_workers = num_workers
+        self.width = width
+        self._vocab_message = pickle.dumps((vocab, None), protocol=pickle.HIGHEST_PROTOCOL)
+        self._workers: list[WorkerProcess | None] = [None] * num_workers
+        self._starting: list[threading.Thread | None] = [None] * num_workers
+        self._generation = [0] * num_workers
+        self._ops: list[list[tuple]] = [[] for _ in range(num_workers)]
+        self._load = [0] * num_workers  # live matchers per worker
+        self._busy = [0.0] * num_workers  # seconds of work per message, a moving average
+        self._placed: dict[int, tuple[int, int, int]] = {}  # id(grammar) -> (worker, generation, key)
+        self._released: list[RemoteMatcher] = []  # appended by RemoteMatcher.__del__ (any thread)
+        self._ids = itertools.count()
+        self._closed = False
+
+    def start(self) -> None:
+        """Start every worker in the background (this returns at once)."""
+        for w in range(self.num_workers):
+            if self._workers[w] is None and self._starting[w] is None:
+                self._spawn(w)
+
+    def matcher(self, grammar) -> RemoteMatcher:
+        """A new matcher of `grammar` on the worker that holds it (placed there now if none)."""
+        self._take_released()
+        placed = self._placed.get(id(grammar))
+        if placed is None or placed[1] != self._generation[placed[0]]:
+            w = min(range(self.num_workers), key=lambda w: (self._busy[w], self._load[w]))
+            placed = self._placed[id(grammar)] = (w, self._generation[w], next(self._ids))
+            self._ops[w].append(("load", placed[2], _pickled(grammar)))
+            weakref.finalize(grammar, self._forget, id(grammar), placed)
+        w, generation, key = placed
+        handle = next(self._ids)
+        self._ops[w].append(("open", handle, key))
+        self._load[w] += 1
+        return RemoteMatcher(self, w, generation, handle)
+
+    def advance(self, items: list[tuple[RemoteMatcher, int, int]], deadline: float) -> list[int | str]:
+        """Per (matcher, sampled token, budget): ACCEPTED, REFUSED (the grammar refuses it: no
+        change), TERMINATED (accepted, and only EOS can follow), or an error's text. An ACCEPTED
+        matcher's worker goes on to its row for that budget (fill_rows' next ask)."""
+        return [answer for answer, _ in self._call("advance", items, deadline)]
+
+    def fill_rows(self, items: list[tuple[RemoteMatcher, int]], deadline: float, out: np.ndarray) -> list[int | str]:
+        """Per (matcher, budget): READY, PARKED (not ready within the deadline) or an error's
+        text. The READY rows go to out (uint32 [>= len(items), width]) from its first row on, in
+        the order of `items`."""
+        answers = self._call("rows", items, deadline)
+        n = 0
+        for answer, row in answers:
+            if answer == READY:
+                out[n] = row
+                n += 1
+        return [answer for answer, _ in answers]
+
+    def worker_pids(self) -> list[int | None]:
+        """Each worker's pid once started (None where it could not start)."""
+        return [None if worker is None else worker.pid for worker in map(self._ready, range(self.num_workers))]
+
+    def release(self, matcher: RemoteMatcher) -> None:
+        """The matcher is no longer used (its worker drops it with its next message)."""
+        self._released.append(matcher)
+
+    def close(self) -> None:
+        self._closed = True
+        for w in range(self.num_workers):
+            worker = self._ready(w)
+            if worker is not None:
+                worker.close()
+            self._workers[w] = None
+
+    # ---- internals ----
+    def _call(self, kind: str, items: list[tuple], deadline: float) -> list[tuple]:
+        """One message to each worker that holds some of the items, then their answers: per item
+        (answer, its row for READY rows)."""
+        self._take_released()
+        out: list[tuple] = [("its grammar worker exited", None)] * len(items)
+        by_worker: dict[int, list[int]] = defaultdict(list)
+        for k, (matcher, *_) in enumerate(items):
+            if matcher.generation == self._generation[matcher.worker]:
+                by_worker[matcher.worker].append(k)
+        sent = []
+        for w, ks in by_worker.items():
+            worker = self._ready(w)
+            if worker is None:
+                continue
+            ops, self._ops[w] = self._ops[w], []
+            try:
+                worker.conn.send((ops, kind, [(items[k][0].handle, *items[k][1:]) for k in ks], deadline))
+            except (EOFError, OSError):
+                self._died(w)
+                continue
+            sent.append((w, worker, ks))
+        for w, worker, ks in sent:
+            try:
+                reply, busy_s = worker.conn.recv()
+            except (EOFError, OSError):
+                self._died(w)
+                continue
+            self._busy[w] = BUSY_DECAY * self._busy[w] + (1 - BUSY_DECAY) * busy_s
+            if kind == "advance":
+                for k, answer in zip(ks, reply):
+                    out[k] = (answer, None)
+                continue
+            answers, blob = reply
+            rows = iter(np.frombuffer(blob, dtype=np.uint32).reshape(-1, self.width))
+            for k, answer in zip(ks, answers):
+                out[k] = (answer, next(rows) if answer == READY else None)
+        return out
+
+    def _spawn(self, w: int) -> None:
+        worker = WorkerProcess.start(MODULE)
+        self._starting[w] = threading.Thread(target=self._handshake, args=(w, worker), daemon=True,
+                                             name=f"gdserve-matcher-start-{w}")
+        self._starting[w].start()
+
+    def _handshake(self, w: int, worker: WorkerProcess) -> None:
+        try:
+            worker.handshake(self._vocab_message)
+            self._workers[w] = worker
+        except WorkerDied:
+            worker.close()
+
+    def _ready(self, w: int) -> WorkerProcess | None:
+        """Worker w once started (waits for its start); None where it could not start."""
+        thread = self._starting[w]
+        if thread is not None:
+            thread.join()
+            self._starting[w] = None
+        return self._workers[w]
+
+    def _died(self, w: int) -> None:
+        """Worker w is gone with its grammars and matchers: those placed there fail, new ones go
+        to a new worker."""
+        worker, self._workers[w] = self._workers[w], None
+        if worker is not None:
+            worker.close()
+        self._generation[w] += 1
+        self._ops[w], self._load[w] = [], 0
+        if not self._closed:
+            self._spawn(w)
+
+    def _take_released(self) -> None:
+        while self._released:
+            matcher = self._released.pop()
+            if matcher.generation == self._generation[matcher.worker]:
+                self._ops[matcher.worker].append(("close", matcher.handle))
+                self._load[matcher.worker] -= 1
+
+    def _forget(self, grammar_id: int, placed: tuple[int, int, int]) -> None:
+        """The grammar is gone (weakref.finalize, any thread): its worker drops its copy."""
+        if self._placed.get(grammar_id) == placed:
+            del self._placed[grammar_id]
+        w, generation, key = placed
+        if generation == self._generation[w]:
+            self._ops[w].append(("drop", key))
+
+
+def _pickled(grammar) -> bytes:
+    """The grammar as the compile workers send it (its token trie by the vocabulary's fingerprint)."""
+    buffer = io.BytesIO()
+    TriePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(grammar)
+    return buffer.getvalue()

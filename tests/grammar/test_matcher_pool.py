@@ -1,0 +1,72 @@
+"""Matchers in worker processes: the same answers and rows as matchers on the caller's thread,
+and a worker that dies fails only the sequences placed on it."""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from gdserve.grammar import compile_grammar
+from gdserve.grammar.matcher_pool import ACCEPTED, READY, REFUSED, TERMINATED, MatcherPool
+from gdserve.grammar.vocabulary import token_vocabulary
+from gdserve.kernels.bitmask import bitmask_width, unpack_words
+
+CONSTRAINTS = [("json", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                          "tags": {"type": "array", "items": {"enum": ["a", "b"]}}},
+                         "required": ["name", "tags"]}),
+               ("json_object", True), ("regex", r"[a-z]{2,5}-\d{1,3}"), ("choice", ["yes", "no", "maybe"])]
+FAR = 1e9  # a deadline no test reaches: nothing parks
+
+
+@pytest.fixture
+def pool(smollm2_tokenizer):
+    pool = MatcherPool(token_vocabulary(smollm2_tokenizer), 2, bitmask_width(len(smollm2_tokenizer)))
+    pool.start()
+    yield pool
+    pool.close()
+
+
+def test_pool_matchers_answer_as_local_ones(smollm2_tokenizer, pool):
+    vocab_size = len(smollm2_tokenizer)
+    grammars = [compile_grammar(kind, spec, smollm2_tokenizer) for kind, spec in CONSTRAINTS]
+    local = [g.matcher() for g in grammars for _ in range(2)]
+    remote = [pool.matcher(g) for g in grammars for _ in range(2)]
+    rng = np.random.default_rng(0)
+    out = np.zeros((len(remote), bitmask_width(vocab_size)), dtype=np.uint32)
+    budgets = [40 - n for n in range(len(local))]
+    running = list(range(len(local)))
+    for step in range(40):
+        answers = pool.fill_rows([(remote[i], budgets[i] - step) for i in running], FAR, out)
+        assert answers == [READY] * len(running)
+        tokens = []
+        for k, i in enumerate(running):
+            row = local[i].next_token_row(budgets[i] - step).numpy().view(np.uint32)
+            assert np.array_equal(out[k], row)
+            allowed = np.flatnonzero(unpack_words(row, vocab_size))
+            # now and then a token the grammar refuses: no change on either side
+            tokens.append(int(rng.integers(vocab_size)) if step % 7 == 3 else int(rng.choice(allowed)))
+        answers = pool.advance([(remote[i], t, budgets[i] - step - 1) for i, t in zip(running, tokens)], FAR)
+        for i, t, answer in zip(running, tokens, answers):
+            expected = REFUSED if not local[i].accept_token(t) else TERMINATED if local[i].is_terminated() else ACCEPTED
+            assert answer == expected
+        running = [i for i, a in zip(running, answers) if a != TERMINATED]
+        if not running:
+            break
+    assert not running, "every walk ends within its budget"
+
+
+def test_a_dead_worker_fails_its_sequences_alone_and_a_new_one_takes_new_ones(smollm2_tokenizer, pool):
+    first, second = (compile_grammar("regex", r"[a-z]{1,40}", smollm2_tokenizer),
+                     compile_grammar("regex", r"\d{1,40}", smollm2_tokenizer))
+    doomed, kept = pool.matcher(first), pool.matcher(second)
+    assert doomed.worker != kept.worker  # placed apart: each on the worker with the least work
+    a = smollm2_tokenizer.encode("a", add_special_tokens=False)[0]
+    one = smollm2_tokenizer.encode("1", add_special_tokens=False)[0]
+    assert pool.advance([(doomed, a, 30), (kept, one, 30)], FAR) == [ACCEPTED, ACCEPTED]
+    os.kill(pool.worker_pids()[doomed.worker], signal.SIGKILL)
+    time.sleep(0.2)
+    answers = pool.advance([(doomed, a, 29), (kept, one, 29)], FAR)
+    assert isinstance(answers[0], str) and "exited" in answers[0] and answers[1] == ACCEPTED
+    again = pool.matcher(first)  # the grammar goes to the restarted worker
+    assert pool.advance([(again, a, 30), (doomed, a, 28)], FAR)[0] == ACCEPTED
