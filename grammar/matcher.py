@@ -278,7 +278,10 @@ class StateWalk:
     def is_terminated(self) -> bool:
         """EOS accepted, or the constraint is complete and only EOS can follow."""
         state = self._states[-1]
-        return state == self.terminated or self.grammar.state_mask(state).only_eos
+        if state == self.terminated:
+            return True
+        # Only an accepting state needs its row (built on a first visit) to tell.
+        return self.grammar.accepts_eos(state) and self.grammar.state_mask(state).only_eos
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last num_tokens accepted tokens (EOS included)."""
