@@ -47,6 +47,7 @@ BUSY_DECAY = 0.9  # a worker's moving average of its work per message: new gramm
 def main(fd: int, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(10)  # as the compile workers: neither starves the other, the engine's loop comes first
     conn = Connection(fd)
     try:
         vocab, _ = conn.recv()
