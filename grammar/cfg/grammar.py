@@ -170,7 +170,8 @@ class CfgGrammar:
         return self._steps.put(key, None if data is None else self.advance(state, data))
 
     def accepts_eos(self, states: CfgStates) -> bool:
-        return any(self._accepts_eos(c) for c in states)
+        mask = self._masks.get(states)  # a state met before: its row knows
+        return mask.accepting if mask is not None else any(self._accepts_eos(c) for c in states)
 
     def _accepts_eos(self, config: CfgState) -> bool:
         if self.lexer.is_start(config.lex):
@@ -258,7 +259,7 @@ class CfgGrammar:
         words = self.words(next(configs)).copy()
         for config in configs:
             words |= self.words(config)
-        accepting = self.accepts_eos(states)
+        accepting = any(self._accepts_eos(c) for c in states)
         only_eos = accepting and not words.any()
         if accepting:
             ids = self.eos_ids
