@@ -91,6 +91,8 @@ class _Worker:
                 self.matchers.pop(key, None)
 
     def run(self, kind: str, work: list[tuple], deadline: float) -> object:
+        if kind == "held":
+            return len(self.grammars), len(self.matchers)
         allowance = Allowance(deadline)
         if kind == "advance":
             answers = [_text(advance_matcher(self._matcher(h), t, allowance)) for h, t, _ in work]
@@ -233,6 +235,25 @@ class MatcherPool:
                 out[n] = row
                 n += 1
         return [answer for answer, _ in answers]
+
+    def held(self) -> list[tuple[int, int] | None]:
+        """Per worker: (grammars, matchers) it holds once its queued operations are done (None
+        where it is not running)."""
+        self._take_released()
+        out = []
+        for w in range(self.num_workers):
+            worker = self._ready(w)
+            if worker is None:
+                out.append(None)
+                continue
+            ops, self._ops[w] = self._ops[w], []
+            try:
+                worker.conn.send((ops, "held", [], 0.0))
+                out.append(worker.conn.recv()[0])
+            except (EOFError, OSError):
+                self._died(w)
+                out.append(None)
+        return out
 
     def worker_pids(self) -> list[int | None]:
         """Each worker's pid once started (None where it could not start)."""

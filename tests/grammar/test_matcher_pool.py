@@ -1,5 +1,6 @@
 """Matchers in worker processes: the same answers and rows as matchers on the caller's thread,
 and a worker that dies fails only the sequences placed on it."""
+import gc
 import os
 import signal
 import time
@@ -70,3 +71,16 @@ def test_a_dead_worker_fails_its_sequences_alone_and_a_new_one_takes_new_ones(sm
     assert isinstance(answers[0], str) and "exited" in answers[0] and answers[1] == ACCEPTED
     again = pool.matcher(first)  # the grammar goes to the restarted worker
     assert pool.advance([(again, a, 30), (doomed, a, 28)], FAR)[0] == ACCEPTED
+
+
+def test_workers_let_go_of_released_matchers_and_collected_grammars(smollm2_tokenizer, pool):
+    grammars = [compile_grammar("regex", r"[a-z]{1,9}", smollm2_tokenizer),
+                compile_grammar("json", {"type": "object", "properties": {"a": {"type": "integer"}}}, smollm2_tokenizer)]
+    matchers = [pool.matcher(g) for g in grammars for _ in range(3)]
+    assert sorted(pool.held()) == [(1, 3), (1, 3)]  # a grammar a worker, its matchers with it
+    del matchers[1:]
+    gc.collect()
+    assert sum(m for _, m in pool.held()) == 1
+    del matchers, grammars
+    gc.collect()
+    assert pool.held() == [(0, 0), (0, 0)]
