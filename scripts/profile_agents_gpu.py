@@ -1,10 +1,11 @@
 """Device diagnostic: where the host time of the agents bench's guided runs goes. The requests of
 `gdserve bench throughput --workload agents` (each its own schema, drawn from schemas/ and, where
 carried, build/conformance/maskbench-dev), run cold and then warm on a fresh engine as the bench
-runs them, each run under cProfile (the engine's thread: rows, accepted tokens, closing checks).
-Llama-3-8B shape, bf16, random weights.
+runs them, each run under cProfile (the engine's thread: rows, accepted tokens, closing checks;
+the matchers stay on it unless --grammar-mask-workers is given, so that the profile shows their
+work). Llama-3-8B shape, bf16, random weights.
 Usage: python3 scripts/profile_agents_gpu.py [--num-requests N] [--num-layers L] [--max-tokens T]
-[--tokenizer=DIR|byte-pair] (writes agents_cold.prof, agents_warm.prof and agents_profile.txt, the
+[--grammar-mask-workers W] [--tokenizer=DIR|byte-pair] (writes agents_cold.prof, agents_warm.prof and agents_profile.txt, the
 top functions of each run by own and by cumulative time, under $OUT)."""
 import argparse
 import cProfile
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=256)
     parser.add_argument("--num-layers", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument("--grammar-mask-workers", type=int, default=0)
     args, rest = parser.parse_known_args()
     gpu_common.setup_imports()
     from gdserve.bench import agents
@@ -39,7 +41,8 @@ def main() -> None:
     items = agents.load_schemas(dirs, args.num_requests, 0)
     with tempfile.TemporaryDirectory() as model:
         gpu_common.save_model_dir(Path(model), args.num_layers, gpu_common.tokenizer_arg(rest))
-        engine_args = {"load_format": "dummy", "dtype": "bfloat16", "grammar_cache_dir": None}
+        engine_args = {"load_format": "dummy", "dtype": "bfloat16", "grammar_cache_dir": None,
+                       "grammar_mask_workers": args.grammar_mask_workers}
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(model)
         prompts = [agents.prompt_ids(tokenizer, item) for item in items]
