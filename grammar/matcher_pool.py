@@ -111,8 +111,10 @@ class _Worker:
                 allowance.next_row()
                 try:
                     self.prefetched[handle] = (budget, self._matcher(handle).next_token_row(budget).numpy())
-                except Exception:  # noqa: BLE001 (MaskPending, or an error the ask reports)
+                except MaskPending:  # the ask goes on with the work done so far
                     pass
+                except Exception as e:  # noqa: BLE001 (the ask reports it)
+                    self.prefetched[handle] = (budget, e)
         self.to_prefetch = []
 
     def _matcher(self, handle: int):
@@ -125,6 +127,8 @@ class _Worker:
             allowance.next_row()
             try:
                 hit = self.prefetched.get(handle)
+                if hit is not None and isinstance(hit[1], Exception):
+                    raise hit[1]
                 rows.append(hit[1] if hit and hit[0] == budget else self._matcher(handle).next_token_row(budget).numpy())
                 out.append(READY)
             except MaskPending:
@@ -166,6 +170,10 @@ def _text(answer: int | Exception) -> int | str:
 
 
 # ---- engine side -------------------------------------------------------------------------------
+class Unplaceable(Exception):
+    """The grammar cannot travel to a worker (it does not pickle), or no worker runs."""
+
+
 @dataclass(eq=False)
 class RemoteMatcher:
     """The engine's handle on a matcher that lives in a pool worker."""
@@ -208,9 +216,17 @@ class MatcherPool:
         self._take_released()
         placed = self._placed.get(id(grammar))
         if placed is None or placed[1] != self._generation[placed[0]]:
-            w = min(range(self.num_workers), key=lambda w: (self._busy[w], self._load[w]))
+            running = [w for w in range(self.num_workers) if self._workers[w] or self._starting[w]]
+            if not running:
+                raise Unplaceable("no mask worker runs")
+            try:
+                weakref.ref(grammar)  # its workers' copy goes when it is collected
+                payload = _pickled(grammar)
+            except Exception as e:  # noqa: BLE001 (a custom grammar that cannot travel)
+                raise Unplaceable(f"{type(e).__name__}: {e}") from e
+            w = min(running, key=lambda w: (self._busy[w], self._load[w]))
             placed = self._placed[id(grammar)] = (w, self._generation[w], next(self._ids))
-            self._ops[w].append(("load", placed[2], _pickled(grammar)))
+            self._ops[w].append(("load", placed[2], payload))
             weakref.finalize(grammar, self._forget, id(grammar), placed)
         w, generation, key = placed
         handle = next(self._ids)

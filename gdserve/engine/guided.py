@@ -20,10 +20,10 @@ from gdserve.grammar import Grammar, allocate_token_bitmask
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import min_completion_tokens, shortest_completion_bytes
 from gdserve.grammar.matcher import stack_rows
-from gdserve.grammar.matcher_pool import ACCEPTED, PARKED, READY, REFUSED, TERMINATED, MatcherPool, advance_matcher
+from gdserve.grammar.matcher_pool import PARKED, READY, MatcherPool, RemoteMatcher, Unplaceable, advance_matcher
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
-from gdserve.kernels.bitmask import bitmask_width
 from gdserve.kernels import apply_token_bitmask
+from gdserve.kernels.bitmask import bitmask_width
 from gdserve.sampling_params import StructuredOutputsParams
 
 STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work; about one decode step on a GPU
@@ -36,13 +36,12 @@ def _budget(seq: Sequence) -> int:
     return seq.max_tokens - seq.num_output_tokens - 2
 
 
-def _next_rows(seqs: list[Sequence], guard: Callable[[Sequence], AbstractContextManager],
+def _next_rows(live: list[tuple[int, Sequence]], guard: Callable[[Sequence], AbstractContextManager],
                allowance: Allowance) -> tuple[list[int], list[torch.Tensor], list[Sequence]]:
-    """(index in seqs, packed row) of each guided sequence still running whose row is ready, and
-    the sequences whose row is not (MaskPending). Unguarded until a matcher raises anything else
+    """(row index, packed row) of each (row index, sequence) in live whose row is ready, and the
+    sequences whose row is not (MaskPending). Unguarded until a matcher raises anything else
     (a guard per row costs as much as the row): that sequence's exception then goes through
     guard(seq), which contains it, and the rest run inside their guards."""
-    live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
     rows, words, parked = [], [], []
     done = 0
     with allowing(allowance):
@@ -145,8 +144,14 @@ class GuidedDecoder:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
     def new_matcher(self, grammar: Grammar) -> object:
-        """A sequence's matcher: in a mask worker where there are any, else here."""
-        return self.pool.matcher(grammar) if self.mask_workers else grammar.matcher()
+        """A sequence's matcher: in a mask worker where there are any, else (or where the grammar
+        cannot travel there: a custom one that does not pickle) here."""
+        if self.mask_workers:
+            try:
+                return self.pool.matcher(grammar)
+            except Unplaceable:
+                pass
+        return grammar.matcher()
 
     def begin_step(self) -> None:
         """Start the step's allowance for new mask work (advance and apply_bitmask)."""
@@ -164,11 +169,15 @@ class GuidedDecoder:
         not known within the step's allowance counts as not: the next row then holds only EOS),
         or the exception its matcher raised."""
         start = time.perf_counter()
-        if self.mask_workers:
-            answers = [a if isinstance(a, int) else RuntimeError(a) for a in self.pool.advance(
-                [(seq.matcher, t, _budget(seq)) for seq, t in sampled], self._allowance.deadline)]
-        else:
-            answers = [advance_matcher(seq.matcher, t, self._allowance) for seq, t in sampled]
+        answers: list[int | Exception | None] = [None] * len(sampled)
+        remote = [k for k, (seq, _) in enumerate(sampled) if isinstance(seq.matcher, RemoteMatcher)]
+        if remote:
+            items = [(sampled[k][0].matcher, sampled[k][1], _budget(sampled[k][0])) for k in remote]
+            for k, answer in zip(remote, self.pool.advance(items, self._allowance.deadline)):
+                answers[k] = answer if isinstance(answer, int) else RuntimeError(answer)
+        for k, (seq, token_id) in enumerate(sampled):
+            if answers[k] is None:
+                answers[k] = advance_matcher(seq.matcher, token_id, self._allowance)
         self._step_mask_s += time.perf_counter() - start
         return answers
 
@@ -181,29 +190,33 @@ class GuidedDecoder:
         contains it: a row whose matcher raised is left unmasked (its sequence has been
         finished, so its token is dropped)."""
         start = time.perf_counter()
-        if self.mask_workers:
-            rows, parked = self._pool_rows(logits, seqs, guard)
-        else:
-            rows, words, parked = _next_rows(seqs, guard, self._allowance)
-            if rows:
-                host, device = self._buffers(len(rows), logits.device)
-                stack_rows(host, words, self.vocab_size)
-                self._mask(logits, rows, host, device)
+        live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
+        if not live:
+            return []
+        host, device = self._buffers(len(live), logits.device)
+        remote = [(i, seq) for i, seq in live if isinstance(seq.matcher, RemoteMatcher)]
+        rows, parked = self._remote_rows(remote, host, guard) if remote else ([], [])
+        if len(remote) < len(live):
+            local_rows, words, local_parked = _next_rows(
+                [(i, seq) for i, seq in live if not isinstance(seq.matcher, RemoteMatcher)], guard, self._allowance)
+            if local_rows:
+                stack_rows(host[len(rows):len(rows) + len(local_rows)], words, self.vocab_size)
+            rows, parked = rows + local_rows, parked + local_parked
+        if rows:
+            self._mask(logits, rows, host[:len(rows)], device)
         if rows or parked:
             self._step_mask_s += time.perf_counter() - start
             self._step_rows += len(rows) + len(parked)
         return parked
 
-    def _pool_rows(self, logits: torch.Tensor, seqs: list[Sequence],
-                   guard: Callable[[Sequence], AbstractContextManager]) -> tuple[list[int], list[Sequence]]:
-        live = [(i, seq) for i, seq in enumerate(seqs) if seq.matcher is not None and not seq.is_finished]
-        if not live:
-            return [], []
-        host, device = self._buffers(len(live), logits.device)
-        answers = self.pool.fill_rows([(seq.matcher, _budget(seq)) for _, seq in live], self._allowance.deadline,
+    def _remote_rows(self, remote: list[tuple[int, Sequence]], host: torch.Tensor,
+                     guard: Callable[[Sequence], AbstractContextManager]) -> tuple[list[int], list[Sequence]]:
+        """The rows of sequences whose matchers live in mask workers, into host from its first
+        row on: (their row indices, the parked sequences)."""
+        answers = self.pool.fill_rows([(seq.matcher, _budget(seq)) for _, seq in remote], self._allowance.deadline,
                                       host.numpy().view(np.uint32))
         rows, parked = [], []
-        for (i, seq), answer in zip(live, answers):
+        for (i, seq), answer in zip(remote, answers):
             if answer == READY:
                 rows.append(i)
             elif answer == PARKED:
@@ -211,8 +224,6 @@ class GuidedDecoder:
             else:
                 with guard(seq):
                     raise RuntimeError(answer)
-        if rows:
-            self._mask(logits, rows, host[:len(rows)], device)
         return rows, parked
 
     def _mask(self, logits: torch.Tensor, rows: list[int], host: torch.Tensor, device: tuple | None) -> None:

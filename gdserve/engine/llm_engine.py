@@ -22,7 +22,7 @@ from gdserve.config import MAX_DEFAULT_SEQS, EngineConfig, default_max_num_seqs
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.executor import MultiprocExecutor
-from gdserve.engine.guided import REFUSED, TERMINATED, GuidedDecoder, check_fits
+from gdserve.engine.guided import GuidedDecoder, check_fits
 from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
 from gdserve.engine.model_runner import ModelRunner, dummy_step_blocks, kv_cache_bytes_per_block
@@ -31,6 +31,7 @@ from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import ScheduledBatch, Scheduler
 from gdserve.engine.worker import load_shard
 from gdserve.grammar import Grammar
+from gdserve.grammar.matcher_pool import REFUSED, TERMINATED
 from gdserve.lora.adapter import LoRALoadError
 from gdserve.lora.layers import LoRAContext, wrap_lora_layers
 from gdserve.lora.manager import LoRAManager

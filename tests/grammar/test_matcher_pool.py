@@ -3,13 +3,14 @@ and a worker that dies fails only the sequences placed on it."""
 import gc
 import os
 import signal
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.matcher_pool import ACCEPTED, READY, REFUSED, TERMINATED, MatcherPool
+from gdserve.grammar.matcher_pool import ACCEPTED, READY, REFUSED, TERMINATED, MatcherPool, Unplaceable
 from gdserve.grammar.vocabulary import token_vocabulary
 from gdserve.kernels.bitmask import bitmask_width, unpack_words
 
@@ -83,4 +84,19 @@ def test_workers_let_go_of_released_matchers_and_collected_grammars(smollm2_toke
     assert sum(m for _, m in pool.held()) == 1
     del matchers, grammars
     gc.collect()
+    assert pool.held() == [(0, 0), (0, 0)]
+
+
+def test_a_grammar_that_cannot_travel_is_unplaceable(smollm2_tokenizer, pool):
+    """A custom grammar that does not pickle stays with the caller (the engine then keeps its
+    matchers on its own thread)."""
+    class Local:
+        def __init__(self, grammar):
+            self.grammar, self.lock = grammar, threading.Lock()
+
+        def matcher(self):
+            return self.grammar.matcher()
+
+    with pytest.raises(Unplaceable, match="pickle"):
+        pool.matcher(Local(compile_grammar("regex", "[a-z]+", smollm2_tokenizer)))
     assert pool.held() == [(0, 0), (0, 0)]
