@@ -395,9 +395,8 @@ class CfgGrammar:
         """Tokens past a state's own completion within which its row keeps only checked tokens
         (before it, a token would have to add more than this to the completion to matter: one
         that opens an optional member adds that member's shortest text, rarely more, and a text
-        takes at most a token per byte). The
-        margin itself: a window wider than needed would narrow every short answer (a max_tokens
-        of 64 on json_object would leave only `{}`)."""
+        takes at most a token per byte). The margin itself: a window wider than needed would
+        narrow every short answer (a max_tokens of 64 on json_object would leave only `{}`)."""
         return self.steer_margin
 
     def budget_row(self, state: CfgStates, budget: int) -> torch.Tensor:
