@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -201,7 +201,11 @@ class MatcherPool:
         self._load = [0] * num_workers  # live matchers per worker
         self._busy = [0.0] * num_workers  # seconds of work per message, a moving average
         self._placed: dict[int, tuple[int, int, int]] = {}  # id(grammar) -> (worker, generation, key)
-        self._released: list[RemoteMatcher] = []  # appended by RemoteMatcher.__del__ (any thread)
+        # (worker, generation, handle) of released matchers and (id, placement) of collected
+        # grammars, appended from any thread (a collection runs where the last reference goes),
+        # taken in by the engine's thread before its next message
+        self._released: deque[tuple[int, int, int]] = deque()
+        self._forgotten: deque[tuple[int, tuple[int, int, int]]] = deque()
         self._ids = itertools.count()
         self._closed = False
 
@@ -277,7 +281,7 @@ class MatcherPool:
 
     def release(self, matcher: RemoteMatcher) -> None:
         """The matcher is no longer used (its worker drops it with its next message)."""
-        self._released.append(matcher)
+        self._released.append((matcher.worker, matcher.generation, matcher.handle))
 
     def close(self) -> None:
         self._closed = True
@@ -359,19 +363,23 @@ class MatcherPool:
             self._spawn(w)
 
     def _take_released(self) -> None:
+        """Queue the closes of released matchers and the drops of collected grammars."""
         while self._released:
-            matcher = self._released.pop()
-            if matcher.generation == self._generation[matcher.worker]:
-                self._ops[matcher.worker].append(("close", matcher.handle))
-                self._load[matcher.worker] -= 1
+            w, generation, handle = self._released.popleft()
+            if generation == self._generation[w]:
+                self._ops[w].append(("close", handle))
+                self._load[w] -= 1
+        while self._forgotten:
+            grammar_id, placed = self._forgotten.popleft()
+            if self._placed.get(grammar_id) == placed:
+                del self._placed[grammar_id]
+            w, generation, key = placed
+            if generation == self._generation[w]:
+                self._ops[w].append(("drop", key))
 
     def _forget(self, grammar_id: int, placed: tuple[int, int, int]) -> None:
         """The grammar is gone (weakref.finalize, any thread): its worker drops its copy."""
-        if self._placed.get(grammar_id) == placed:
-            del self._placed[grammar_id]
-        w, generation, key = placed
-        if generation == self._generation[w]:
-            self._ops[w].append(("drop", key))
+        self._forgotten.append((grammar_id, placed))
 
 
 def _pickled(grammar) -> bytes:
