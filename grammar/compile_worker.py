@@ -52,7 +52,7 @@ def main(fd: int, parent_pid: int) -> None:
     conn = Connection(fd)
     try:
         vocab, memory_limit_mb = conn.recv()
-        _load_vocabulary(vocab, memory_limit_mb)
+        load_vocabulary(vocab, memory_limit_mb)
         conn.send(os.getpid())
         while True:
             kind, spec, options, vocab_size = conn.recv()
@@ -70,7 +70,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-def _load_vocabulary(vocab: TokenVocabulary, memory_limit_mb: int | None) -> None:
+def load_vocabulary(vocab: TokenVocabulary, memory_limit_mb: int | None) -> None:
     """Build the token trie every compile walks, yield the CPU to the engine (nice 10), and cap
     the address space at its current size + memory_limit_mb (an index that explodes then fails
     its compile instead of pushing the host into the OOM killer)."""

@@ -32,10 +32,10 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
-from gdserve.grammar.compile_worker import WorkerDied, WorkerProcess, die_with_parent, TriePickler, TrieUnpickler
+from gdserve.grammar.compile_worker import (WorkerDied, WorkerProcess, TriePickler, TrieUnpickler, die_with_parent,
+                                             load_vocabulary)
 from gdserve.grammar.token_index import token_trie
 from gdserve.grammar.vocabulary import TokenVocabulary
-from gdserve.utils import settle_gc
 
 MODULE = "gdserve.grammar.matcher_pool"
 ACCEPTED, REFUSED, TERMINATED = 0, 1, 2  # advance's answers (or an error's text)
@@ -47,12 +47,11 @@ BUSY_DECAY = 0.9  # a worker's moving average of its work per message: new gramm
 def main(fd: int, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.nice(10)  # as the compile workers: neither starves the other, the engine's loop comes first
     conn = Connection(fd)
     try:
         vocab, _ = conn.recv()
+        load_vocabulary(vocab, None)  # nice 10, as the compile workers: neither starves the other
         worker = _Worker(token_trie(vocab.token_bytes, vocab.fingerprint))
-        settle_gc()
         conn.send(os.getpid())
         while True:
             ops, kind, work, deadline = conn.recv()
@@ -108,33 +107,36 @@ class _Worker:
         allowance = Allowance(deadline)
         with allowing(allowance):
             for handle, budget in self.to_prefetch:
-                allowance.next_row()
-                try:
-                    self.prefetched[handle] = (budget, self._matcher(handle).next_token_row(budget).numpy())
-                except MaskPending:  # the ask goes on with the work done so far
-                    pass
-                except Exception as e:  # noqa: BLE001 (the ask reports it)
-                    self.prefetched[handle] = (budget, e)
+                row = self._row(handle, budget, allowance)
+                if not isinstance(row, int):  # PARKED: the ask goes on with the work done so far
+                    self.prefetched[handle] = (budget, row)
         self.to_prefetch = []
 
     def _matcher(self, handle: int):
         matcher = self.matchers.get(handle, RuntimeError("the matcher was not opened"))
         return _Failed(matcher) if isinstance(matcher, Exception) else matcher
 
+    def _row(self, handle: int, budget: int, allowance: Allowance) -> np.ndarray | int | Exception:
+        """A matcher's packed row for `budget`, PARKED, or the exception it raised (inside
+        `allowing(allowance)`)."""
+        allowance.next_row()
+        try:
+            return self._matcher(handle).next_token_row(budget).numpy()
+        except MaskPending:
+            return PARKED
+        except Exception as e:  # noqa: BLE001 (fails that sequence alone)
+            return e
+
     def _rows(self, work: list[tuple[int, int]], allowance: Allowance) -> tuple[list[int | str], bytes]:
         out, rows = [], []
         for handle, budget in work:
-            allowance.next_row()
-            try:
-                hit = self.prefetched.get(handle)
-                if hit is not None and isinstance(hit[1], Exception):
-                    raise hit[1]
-                rows.append(hit[1] if hit and hit[0] == budget else self._matcher(handle).next_token_row(budget).numpy())
+            hit = self.prefetched.get(handle)
+            row = hit[1] if hit is not None and hit[0] == budget else self._row(handle, budget, allowance)
+            if isinstance(row, np.ndarray):
+                rows.append(row)
                 out.append(READY)
-            except MaskPending:
-                out.append(PARKED)
-            except Exception as e:  # noqa: BLE001 (fails that sequence alone)
-                out.append(f"{type(e).__name__}: {e}")
+            else:
+                out.append(_text(row))  # PARKED, or the error's text
         return out, np.concatenate(rows).tobytes() if rows else b""
 
 
@@ -260,20 +262,8 @@ class MatcherPool:
         """Per worker: (grammars, matchers) it holds once its queued operations are done (None
         where it is not running)."""
         self._take_released()
-        out = []
-        for w in range(self.num_workers):
-            worker = self._ready(w)
-            if worker is None:
-                out.append(None)
-                continue
-            ops, self._ops[w] = self._ops[w], []
-            try:
-                worker.conn.send((ops, "held", [], 0.0))
-                out.append(worker.conn.recv()[0])
-            except (EOFError, OSError):
-                self._died(w)
-                out.append(None)
-        return out
+        sent = [self._send(w, "held", [], 0.0) for w in range(self.num_workers)]
+        return [self._receive(w) if ok else None for w, ok in enumerate(sent)]
 
     def worker_pids(self) -> list[int | None]:
         """Each worker's pid once started (None where it could not start)."""
@@ -301,25 +291,12 @@ class MatcherPool:
         for k, (matcher, *_) in enumerate(items):
             if matcher.generation == self._generation[matcher.worker]:
                 by_worker[matcher.worker].append(k)
-        sent = []
-        for w, ks in by_worker.items():
-            worker = self._ready(w)
-            if worker is None:
+        sent = [(w, ks) for w, ks in by_worker.items()
+                if self._send(w, kind, [(items[k][0].handle, *items[k][1:]) for k in ks], deadline)]
+        for w, ks in sent:
+            reply = self._receive(w)
+            if reply is None:
                 continue
-            ops, self._ops[w] = self._ops[w], []
-            try:
-                worker.conn.send((ops, kind, [(items[k][0].handle, *items[k][1:]) for k in ks], deadline))
-            except (EOFError, OSError):
-                self._died(w)
-                continue
-            sent.append((w, worker, ks))
-        for w, worker, ks in sent:
-            try:
-                reply, busy_s = worker.conn.recv()
-            except (EOFError, OSError):
-                self._died(w)
-                continue
-            self._busy[w] = BUSY_DECAY * self._busy[w] + (1 - BUSY_DECAY) * busy_s
             if kind == "advance":
                 for k, answer in zip(ks, reply):
                     out[k] = (answer, None)
@@ -329,6 +306,29 @@ class MatcherPool:
             for k, answer in zip(ks, answers):
                 out[k] = (answer, next(rows) if answer == READY else None)
         return out
+
+    def _send(self, w: int, kind: str, work: list[tuple], deadline: float) -> bool:
+        """Worker w's queued operations and `work`; False where it is not running (or died)."""
+        worker = self._ready(w)
+        if worker is None:
+            return False
+        ops, self._ops[w] = self._ops[w], []
+        try:
+            worker.conn.send((ops, kind, work, deadline))
+            return True
+        except (EOFError, OSError):
+            self._died(w)
+            return False
+
+    def _receive(self, w: int) -> object | None:
+        """Worker w's answer to what was sent; None where it died meanwhile."""
+        try:
+            reply, busy_s = self._workers[w].conn.recv()
+        except (EOFError, OSError):
+            self._died(w)
+            return None
+        self._busy[w] = BUSY_DECAY * self._busy[w] + (1 - BUSY_DECAY) * busy_s
+        return reply
 
     def _spawn(self, w: int) -> None:
         worker = WorkerProcess.start(MODULE)
