@@ -2,7 +2,6 @@
 cannot hold one (instead of generating output that max_tokens cuts)."""
 from gdserve.grammar.cfg.grammar import CfgGrammar
 from gdserve.grammar.matcher import Grammar
-from gdserve.grammar.token_index import TokenTrie
 
 PRINTABLE_FIRST = sorted(range(256), key=lambda b: (not 32 < b < 127, b))
 
@@ -27,7 +26,7 @@ def min_completion_tokens(grammar) -> int | None:
         text, trie = grammar.completion(grammar.initial), grammar.trie
     else:
         text, trie = shortest_text(grammar), grammar.index.trie
-    return None if text is None else greedy_token_count(trie, grammar.vocab_size, text)
+    return None if text is None else trie.greedy_count(text, grammar.vocab_size)
 
 
 def shortest_text(grammar: Grammar) -> bytes:
@@ -46,31 +45,3 @@ def shortest_text(grammar: Grammar) -> bytes:
                 state = nxt
                 break
     return bytes(out)
-
-
-def greedy_token_count(trie: TokenTrie, vocab_size: int, text: bytes) -> int | None:
-    """How many tokens cut `text` when each is the longest token (below vocab_size) that is a
-    prefix of what is left; None if some byte starts no token."""
-    count, at = 0, 0
-    while at < len(text):
-        longest = _longest_token(trie, vocab_size, text, at)
-        if longest == 0:
-            return None
-        at += longest
-        count += 1
-    return count
-
-
-def _longest_token(trie: TokenTrie, vocab_size: int, text: bytes, at: int) -> int:
-    node, longest, end = -1, 0, len(trie.byte)
-    for depth, b in enumerate(text[at:], start=1):
-        child, stop = node + 1, (int(trie.skip[node]) if node >= 0 else end)
-        while child < stop and trie.byte[child] != b:
-            child = int(trie.skip[child])  # next sibling
-        if child >= stop:
-            break
-        node = child
-        ids = trie.tok_ids[trie.tok_ptr[node]:trie.tok_ptr[node + 1]]
-        if (ids < vocab_size).any():
-            longest = depth
-    return longest

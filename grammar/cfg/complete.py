@@ -8,6 +8,9 @@ the matcher accepts; the first state that accepts EOS ends the search. Stacks mo
 MAX_DEEPER states deeper than the start are not explored (a completion closes what is open, but
 from the start of a large schema it must open every required member's structure, many levels
 deep), and the search gives up after MAX_NODES states.
+
+From the start, the grammar's rules give the answer without a search (shortest_sentence): each
+nonterminal's shortest yield, terminals at their shortest spellings, found once over the rules.
 """
 import heapq
 import itertools
@@ -74,8 +77,61 @@ def spelling_by_distance(dfa: ByteDFA, state: int) -> bytes | None:
 
 def shortest_completion(grammar, state) -> bytes | None:
     """Bytes that take `state` (a set of configurations) to one where EOS is allowed, or None if
-    none was found: search_completion without a bound, else depth_first_completion."""
+    none was found: from the start the shortest sentence where the matcher reads it whole, else
+    search_completion without a bound, else depth_first_completion."""
+    if state == grammar.initial:
+        text = shortest_sentence(grammar.spec.rules, grammar.spec.terminals, grammar.terminal_spellings)
+        if text is not None and _completes(grammar, state, text):
+            return text
     return search_completion(grammar, state)[0] or depth_first_completion(grammar, state)
+
+
+def _completes(grammar, state, text: bytes) -> bool:
+    after = grammar.advance(state, text) if text else state
+    return after is not None and grammar.accepts_eos(after)
+
+
+def shortest_sentence(rules, terminals, spellings: list[bytes | None], start: str = "start") -> bytes | None:
+    """The shortest text the rules derive from `start`, each terminal at its shortest spelling
+    (Knuth's generalization of Dijkstra's algorithm: a rule's cost is known once its symbols'
+    are, and the cheapest rule of a nonterminal is final when taken from the heap). None where
+    the rules derive no text (or are not kept). Adjacent lexemes may read as others in the
+    matcher: callers check the text."""
+    if not rules:
+        return None
+    spelled = {t.name: spellings[i] for i, t in enumerate(terminals) if spellings[i] is not None}
+    cost: dict[str, int] = {}
+    chosen: dict[str, tuple[str, ...]] = {}
+    waiting, partial, uses, heap = [], [], {}, []
+    for i, rule in enumerate(rules):
+        nonterminals = [s for s in rule.expansion if s not in spelled]
+        partial.append(sum(len(spelled[s]) for s in rule.expansion if s in spelled))
+        waiting.append(len(nonterminals))
+        for s in nonterminals:
+            uses.setdefault(s, []).append(i)
+        if not nonterminals:
+            heapq.heappush(heap, (partial[i], i))
+    while heap:
+        total, i = heapq.heappop(heap)
+        origin = rules[i].origin
+        if origin in cost:
+            continue
+        cost[origin], chosen[origin] = total, rules[i].expansion
+        for j in uses.get(origin, ()):  # once per occurrence
+            partial[j] += total
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(heap, (partial[j], j))
+    if start not in cost:
+        return None
+    out, todo = bytearray(), [start]
+    while todo:
+        symbol = todo.pop()
+        if symbol in spelled:
+            out += spelled[symbol]
+        else:
+            todo.extend(reversed(chosen[symbol]))
+    return bytes(out)
 
 
 def depth_first_completion(grammar, state) -> bytes | None:

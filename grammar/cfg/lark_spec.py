@@ -51,6 +51,7 @@ class CfgSpec:
     end_state: int
     exact: bool = False
     conflicts: dict[tuple[int, str], tuple[Action, ...]] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()  # the BNF the table was built from (start rule `start`)
 
     @cached_property
     def terminal_ids(self) -> dict[str, int]:
@@ -101,7 +102,7 @@ def bnf_to_spec(rules: list[Rule], terminals: tuple[Terminal, ...], ignore: tupl
     terminals = tuple(t for t in terminals if t.name in used)
     names = {t.name: i for i, t in enumerate(terminals)}
     return CfgSpec(terminals, frozenset(names[n] for n in ignore), table.actions,
-                   table.start_state, table.end_state, exact, table.conflicts)
+                   table.start_state, table.end_state, exact, table.conflicts, tuple(rules))
 
 
 def _merge_equivalent(rules: list[Rule]) -> list[Rule]:

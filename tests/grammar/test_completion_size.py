@@ -1,6 +1,6 @@
 """The size of a constraint's shortest complete output, in tokens of SmolLM2's vocabulary."""
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.completion_size import greedy_token_count, min_completion_tokens, shortest_text
+from gdserve.grammar.completion_size import min_completion_tokens, shortest_text
 
 
 def test_the_shortest_text_cut_into_the_longest_tokens(smollm2_tokenizer):
@@ -15,10 +15,6 @@ def test_the_shortest_text_cut_into_the_longest_tokens(smollm2_tokenizer):
 def test_the_grammar_path_counts_its_completion(smollm2_tokenizer):
     g = compile_grammar("grammar", 'start: a a a a\na: b b b b\nb: "x" | "y" | "zz"\n', smollm2_tokenizer)
     needed = min_completion_tokens(g)
-    assert needed == greedy_token_count(g.trie, g.vocab_size, g.completion(g.initial))
+    assert needed == g.trie.greedy_count(g.completion(g.initial), g.vocab_size)
     assert 16 // g.trie.max_depth <= needed <= 16
 
-
-def test_a_byte_no_token_starts_has_no_count(smollm2_tokenizer):
-    g = compile_grammar("regex", "[a-z]{3}", smollm2_tokenizer)
-    assert greedy_token_count(g.index.trie, g.vocab_size, b"ab\xff") is None
