@@ -153,9 +153,10 @@ class WorkerProcess:
             raise WorkerDied(f"exit code {self.process.wait()}; its error, if any, is on stderr") from None
 
     def compile(self, kind: str, spec: object, options: dict, vocab_size: int | None,
-                timeout_s: float, trie: TokenTrie) -> Grammar | GrammarError | None:
-        """The job's Grammar (on `trie`, the vocabulary's) or GrammarError; None when timeout_s
-        passed first (the worker is still busy: kill it). Raises WorkerDied."""
+                timeout_s: float, trie: TokenTrie) -> tuple[Grammar, bytes] | GrammarError | None:
+        """The job's Grammar (on `trie`, the vocabulary's) and the bytes it came in (what a mask
+        worker loads, grammar/matcher_pool.py), or GrammarError; None when timeout_s passed first
+        (the worker is still busy: kill it). Raises WorkerDied."""
         try:
             self.conn.send((kind, spec, options, vocab_size))
             if not self.conn.poll(timeout_s):
@@ -164,9 +165,10 @@ class WorkerProcess:
         except (EOFError, OSError):
             raise WorkerDied from None
         try:
-            return TrieUnpickler(message, trie).load()
+            result = TrieUnpickler(message, trie).load()
         except Exception as e:  # noqa: BLE001 (read whole: the stream is still in step)
             return GrammarError(f"{kind} compiled grammar cannot be read back: {type(e).__name__}: {e}")
+        return result if isinstance(result, GrammarError) else (result, message)
 
     def wait_idle(self, wakeup_fd: int) -> bool:
         """Block while the worker idles until wakeup_fd is readable (True), or the worker dies

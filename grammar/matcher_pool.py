@@ -217,8 +217,9 @@ class MatcherPool:
             if self._workers[w] is None and self._starting[w] is None:
                 self._spawn(w)
 
-    def matcher(self, grammar) -> RemoteMatcher:
-        """A new matcher of `grammar` on the worker that holds it (placed there now if none)."""
+    def matcher(self, grammar, payload: bytes | None = None) -> RemoteMatcher:
+        """A new matcher of `grammar` on the worker that holds it (placed there now if none, from
+        `payload` where given: the grammar pickled as the compile workers send it)."""
         self._take_released()
         placed = self._placed.get(id(grammar))
         if placed is None or placed[1] != self._generation[placed[0]]:
@@ -227,7 +228,7 @@ class MatcherPool:
                 raise Unplaceable("no mask worker runs")
             try:
                 weakref.ref(grammar)  # its workers' copy goes when it is collected
-                payload = _pickled(grammar)
+                payload = payload or _pickled(grammar)
             except Exception as e:  # noqa: BLE001 (a custom grammar that cannot travel)
                 raise Unplaceable(f"{type(e).__name__}: {e}") from e
             w = min(running, key=lambda w: (self._busy[w], self._load[w]))

@@ -18,12 +18,16 @@ Compiled grammars, compile errors and timeouts are cached (two bounded LRUs); cr
 A job that fails through no fault of its constraint (its worker died or could not start, or the
 service closed) fails with CompilerUnavailableError, so a caller can tell "retry" from "fix it".
 With cache_dir, compiled grammars also persist on disk and are found there after a restart.
+With keep_payloads, the bytes a grammar came back in are kept (the newest, up to
+PAYLOAD_BUDGET_BYTES) until take_payload() takes them: a mask worker loads the grammar from them,
+so the caller need not pickle it again.
 """
 import json
 import os
 import pickle
 import threading
-from collections import deque
+import weakref
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 
 OPTIONS = ("whitespace_pattern", "lenient", "open_objects")
 ERROR_CACHE_SIZE = 64
+PAYLOAD_BUDGET_BYTES = 256 << 20  # compiled grammars' bytes kept for take_payload()
 
 
 class CompilerUnavailableError(GrammarError):
@@ -99,8 +104,10 @@ class CompileService:
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", max_workers: int = 1,
                  timeout_s: float = 10.0, cache_size: int = 256,
                  eos_token_ids: set[int] | None = None, vocab_size: int | None = None,
-                 memory_limit_mb: int | None = 4096, cache_dir: str | Path | None = None):
-        """cache_dir: compiled grammars also persist there (grammar/disk_cache.py), across restarts."""
+                 memory_limit_mb: int | None = 4096, cache_dir: str | Path | None = None,
+                 keep_payloads: bool = False):
+        """cache_dir: compiled grammars also persist there (grammar/disk_cache.py), across restarts.
+        keep_payloads: keep the bytes each grammar came back in, for take_payload()."""
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.vocab = token_vocabulary(tokenizer, eos_token_ids)
@@ -119,6 +126,7 @@ class CompileService:
         self._lock = threading.RLock()
         self._closed = False
         self._lanes: list[_Lane] = []
+        self._payloads = _Payloads(PAYLOAD_BUDGET_BYTES) if keep_payloads else None
 
     # ---- public API ----
     @property
@@ -156,6 +164,15 @@ class CompileService:
     def compile(self, kind: str, spec: object, **options) -> Grammar:
         """Blocking submit: the Grammar, or GrammarError."""
         return self.submit(kind, spec, **options).result()
+
+    def take_payload(self, grammar: Grammar) -> bytes | None:
+        """The bytes `grammar` came back from its compile worker in (pickled with its token trie
+        by reference: compile_worker.TrieUnpickler reads them), once; None where they were not
+        kept (keep_payloads off, a cache or disk hit, taken before, or dropped for newer ones)."""
+        if self._payloads is None:
+            return None
+        with self._lock:
+            return self._payloads.take(grammar)
 
     def start_workers(self) -> None:
         """Start every worker now, in the background (this returns at once), so that the first
@@ -281,7 +298,10 @@ class CompileService:
             elif isinstance(result, GrammarError):
                 self._settle(job, error=result)
             else:
-                self._settle(job, grammar=result)
+                grammar, payload = result
+                if self._payloads is not None:
+                    self._payloads.put(grammar, payload)
+                self._settle(job, grammar=grammar)
             lane.ready = result is not None and not isinstance(result, CompilerUnavailableError)
             if lane.ready:
                 self._dispatch()
@@ -303,3 +323,35 @@ class CompileService:
                     self._settle(self._queue.popleft(), error=error, cache=False)
         for fd in lane.wakeup:
             os.close(fd)
+
+
+class _Payloads:
+    """Bytes by grammar, oldest dropped first past max_bytes. Keyed by id() with a weak reference
+    beside (most grammars are unhashable dataclasses), so that a collected grammar's id reused by
+    another object finds nothing."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[int, tuple[weakref.ref, bytes]] = OrderedDict()
+        self._bytes = 0
+
+    def put(self, grammar: Grammar, payload: bytes) -> None:
+        try:
+            ref = weakref.ref(grammar)
+        except TypeError:  # a grammar without weak references: nothing kept
+            return
+        self._pop(id(grammar))
+        self._items[id(grammar)] = (ref, payload)
+        self._bytes += len(payload)
+        while self._bytes > self.max_bytes:
+            self._pop(next(iter(self._items)))
+
+    def take(self, grammar: Grammar) -> bytes | None:
+        item = self._pop(id(grammar))
+        return item[1] if item is not None and item[0]() is grammar else None
+
+    def _pop(self, key: int) -> tuple[weakref.ref, bytes] | None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._bytes -= len(item[1])
+        return item

@@ -118,7 +118,7 @@ class GuidedDecoder:
             self._service = CompileService(self.tokenizer, max_workers=self.compile_workers,
                                            timeout_s=self.compile_timeout_s,
                                            eos_token_ids=self.eos_token_ids, vocab_size=self.vocab_size,
-                                           cache_dir=self.cache_dir)
+                                           cache_dir=self.cache_dir, keep_payloads=self.mask_workers > 0)
         return self._service
 
     @property
@@ -148,7 +148,7 @@ class GuidedDecoder:
         cannot travel there: a custom one that does not pickle) here."""
         if self.mask_workers:
             try:
-                return self.pool.matcher(grammar)
+                return self.pool.matcher(grammar, self.service.take_payload(grammar))
             except Unplaceable:
                 pass
         return grammar.matcher()

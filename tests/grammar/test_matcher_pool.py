@@ -11,6 +11,7 @@ import pytest
 
 from gdserve.grammar import compile_grammar
 from gdserve.grammar.matcher_pool import ACCEPTED, READY, REFUSED, TERMINATED, MatcherPool, Unplaceable
+from gdserve.grammar.service import CompileService
 from gdserve.grammar.vocabulary import token_vocabulary
 from gdserve.kernels.bitmask import bitmask_width, unpack_words
 
@@ -29,11 +30,23 @@ def pool(smollm2_tokenizer):
     pool.close()
 
 
-def test_pool_matchers_answer_as_local_ones(smollm2_tokenizer, pool):
+def _compiled(tokenizer, placed_from: str) -> tuple[list, list[bytes | None]]:
+    """The CONSTRAINTS' grammars and the bytes each is placed from (None: the pool pickles it)."""
+    if placed_from == "pickled here":
+        return [compile_grammar(kind, spec, tokenizer) for kind, spec in CONSTRAINTS], [None] * len(CONSTRAINTS)
+    with CompileService(tokenizer, max_workers=1, keep_payloads=True) as service:
+        grammars = [service.compile(kind, spec) for kind, spec in CONSTRAINTS]
+        payloads = [service.take_payload(g) for g in grammars]
+    assert all(payloads)
+    return grammars, payloads
+
+
+@pytest.mark.parametrize("placed_from", ["pickled here", "compile worker's bytes"])
+def test_pool_matchers_answer_as_local_ones(smollm2_tokenizer, pool, placed_from):
     vocab_size = len(smollm2_tokenizer)
-    grammars = [compile_grammar(kind, spec, smollm2_tokenizer) for kind, spec in CONSTRAINTS]
+    grammars, payloads = _compiled(smollm2_tokenizer, placed_from)
     local = [g.matcher() for g in grammars for _ in range(2)]
-    remote = [pool.matcher(g) for g in grammars for _ in range(2)]
+    remote = [pool.matcher(g, p) for g, p in zip(grammars, payloads) for _ in range(2)]
     rng = np.random.default_rng(0)
     out = np.zeros((len(remote), bitmask_width(vocab_size)), dtype=np.uint32)
     budgets = [40 - n for n in range(len(local))]

@@ -9,6 +9,7 @@ from concurrent.futures import wait
 import pytest
 
 from gdserve.grammar import GrammarError, compile_grammar
+from gdserve.grammar.compile_worker import TrieUnpickler
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
 from tests.entrypoints.openai.observe import is_running, wait_until
 from tests.grammar.walk import allowed_ids
@@ -174,3 +175,20 @@ def test_disk_cache_survives_a_restart(smollm2_tokenizer, tmp_path):
         future = svc.submit("regex", "ab+")
         assert not future.done()
         assert future.result().regex == compiled[2].regex
+
+
+def test_payloads_are_kept_only_when_asked_taken_once_and_bounded(smollm2_tokenizer, monkeypatch):
+    with CompileService(smollm2_tokenizer) as plain:
+        assert plain.take_payload(plain.compile("regex", "[a-z]+")) is None
+    with CompileService(smollm2_tokenizer, keep_payloads=True) as service:
+        grammar = service.compile("json", SCHEMA)
+        payload = service.take_payload(grammar)
+        copy = TrieUnpickler(payload, service.trie).load()
+        assert (copy.kind, copy.regex) == (grammar.kind, grammar.regex)
+        assert service.take_payload(grammar) is None  # taken
+        assert service.take_payload(service.compile("json", SCHEMA)) is None  # a cache hit: none kept
+    monkeypatch.setattr("gdserve.grammar.service.PAYLOAD_BUDGET_BYTES", len(payload) + 1)
+    with CompileService(smollm2_tokenizer, keep_payloads=True) as service:
+        first, second = service.compile("json", SCHEMA), service.compile("regex", "[0-9]{4}")
+        assert service.take_payload(first) is None  # dropped for the newer one
+        assert service.take_payload(second) is not None
