@@ -244,6 +244,21 @@ class Lexer:
     _live: dict[int, bool] = field(default_factory=dict)
     _ends: dict[int, bytes | None] = field(default_factory=dict)  # see shortest_end
 
+    def __getstate__(self) -> dict:
+        """Its tables cut to the states in use (they grow by doubling: half the rows may be room)
+        with the dead state right after them, and without the walks' views (arrays() makes them)."""
+        state = dict(self.__dict__)
+        n, dead = self.num_states, self._dead
+        if len(self._table) > n + 1:
+            table = np.full((n + 1, self._table.shape[1]), n, dtype=np.int32)
+            used = self._table[:n]
+            table[:n] = np.where(used == dead, n, used)
+            accept = np.full(n + 1, -1, dtype=np.int32)
+            accept[:n] = self._accept[:n]
+            state.update(_table=table, _accept=accept, _final=accept >= 0)
+        state["_snapshot"] = None
+        return state
+
     @cached_property
     def _joint(self) -> tuple[np.ndarray, np.ndarray]:
         """(int [K, C] each terminal's byte class per joint class, uint8 [256] joint class)."""
