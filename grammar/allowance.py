@@ -8,10 +8,14 @@ while the step's allowance lasts. The caller retries later and finds the finishe
 Units nest (a state's row reads its lexer state's walk): counting completed units, not started
 ones, makes every retry finish at least the innermost unit it reaches, so a row that needs many
 nested units gets there however little time each step leaves it. Outside `allowing` (compile
-workers, accept_token, direct users of the matchers) units are never interrupted."""
+workers, accept_token, direct users of the matchers) units are never interrupted.
+
+A mask worker (grammar/matcher_pool.py) goes on with its parked rows between the engine's messages
+under an Interruptible allowance: there no unit starts once a message waits, not even a row's first.
+"""
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -32,6 +36,19 @@ class Allowance:
     def next_row(self) -> None:
         """The next row completes its first unit whatever the time."""
         self.num_done = 0
+
+    def spent(self) -> bool:
+        """Whether the next unit may not start."""
+        return self.num_done > 0 and time.perf_counter() > self.deadline
+
+
+@dataclass
+class Interruptible(Allowance):
+    """Work done while nothing waits for it: no unit starts once `interrupted()` is true."""
+    interrupted: Callable[[], bool] = lambda: False
+
+    def spent(self) -> bool:
+        return self.interrupted()
 
 
 _local = threading.local()
@@ -58,7 +75,7 @@ def unit_of_work() -> Iterator[None]:
     """Wrap a unit of mask work whose result is cached: raises MaskPending before it starts when
     the allowance is spent and the row has completed a unit already."""
     allowance = getattr(_local, "allowance", None)
-    if allowance is not None and allowance.num_done and time.perf_counter() > allowance.deadline:
+    if allowance is not None and allowance.spent():
         raise MaskPending
     yield
     if allowance is not None:

@@ -14,11 +14,13 @@ trip. The workers run their parts at once; the engine waits for the slowest.
 
 Each worker bounds its step's new work by the engine's deadline (time.perf_counter is the
 system's monotonic clock, the same in every process), as the engine's own thread does
-(grammar/allowance.py). A worker that dies fails the sequences placed on it (their states were
+(grammar/allowance.py), and goes on with the rows it answered PARKED until the engine's next
+message comes (allowance.Interruptible), so that they are ready at a later ask. A worker that dies fails the sequences placed on it (their states were
 there) and is started again for new ones.
 """
 import io
 import itertools
+import math
 import os
 import pickle
 import signal
@@ -31,7 +33,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from gdserve.grammar.allowance import Allowance, MaskPending, allowing
+from gdserve.grammar.allowance import Allowance, Interruptible, MaskPending, allowing
 from gdserve.grammar.compile_worker import (WorkerDied, WorkerProcess, TriePickler, TrieUnpickler, die_with_parent,
                                              load_vocabulary)
 from gdserve.grammar.token_index import token_trie
@@ -54,6 +56,8 @@ def main(fd: int, parent_pid: int) -> None:
         worker = _Worker(token_trie(vocab.token_bytes, vocab.fingerprint))
         conn.send(os.getpid())
         while True:
+            if worker.parked and not conn.poll():
+                worker.work_on_parked(conn.poll)  # until the engine's next message
             ops, kind, work, deadline = conn.recv()
             start = time.perf_counter()
             worker.apply(ops)
@@ -71,6 +75,7 @@ class _Worker:
         self.grammars: dict[int, object] = {}  # an Exception where the grammar could not be read
         self.matchers: dict[int, object] = {}
         self.to_prefetch: list[tuple[int, int]] = []  # (handle, budget) advanced, rows not asked yet
+        self.parked: list[tuple[int, int]] = []  # (handle, budget) of the rows last answered PARKED
         self.prefetched: dict[int, tuple[int, np.ndarray]] = {}  # handle -> (budget, its row)
         self.busy_s = 0.0  # prefetching since the last answer
 
@@ -88,6 +93,7 @@ class _Worker:
                 self.matchers[key] = grammar if isinstance(grammar, Exception) else grammar.matcher()
             elif op == "close":
                 self.matchers.pop(key, None)
+                self.prefetched.pop(key, None)
 
     def run(self, kind: str, work: list[tuple], deadline: float) -> object:
         if kind == "held":
@@ -95,7 +101,8 @@ class _Worker:
         allowance = Allowance(deadline)
         if kind == "advance":
             answers = [_text(advance_matcher(self._matcher(h), t, allowance)) for h, t, _ in work]
-            self.prefetched.clear()
+            for h, _, _ in work:  # a row is its state's: these moved on
+                self.prefetched.pop(h, None)
             self.to_prefetch = [(h, b) for (h, _, b), a in zip(work, answers) if a == ACCEPTED]
             return answers
         with allowing(allowance):
@@ -111,6 +118,21 @@ class _Worker:
                 if not isinstance(row, int):  # PARKED: the ask goes on with the work done so far
                     self.prefetched[handle] = (budget, row)
         self.to_prefetch = []
+
+    def work_on_parked(self, interrupted) -> None:
+        """The rows last answered PARKED, computed while the engine runs its step, until
+        `interrupted()` (a message waits): finished ones are kept for the next ask, and work cut
+        short stays in the grammars' caches."""
+        allowance = Interruptible(math.inf, interrupted=interrupted)
+        with allowing(allowance):
+            while self.parked:
+                handle, budget = self.parked[0]
+                row = self._row(handle, budget, allowance)
+                if isinstance(row, int):  # PARKED: interrupted
+                    return
+                self.parked.pop(0)
+                if isinstance(row, np.ndarray):  # an error is found again, and told, at the ask
+                    self.prefetched[handle] = (budget, row)
 
     def _matcher(self, handle: int):
         matcher = self.matchers.get(handle, RuntimeError("the matcher was not opened"))
@@ -129,14 +151,17 @@ class _Worker:
 
     def _rows(self, work: list[tuple[int, int]], allowance: Allowance) -> tuple[list[int | str], bytes]:
         out, rows = [], []
+        self.parked = []
         for handle, budget in work:
-            hit = self.prefetched.get(handle)
+            hit = self.prefetched.pop(handle, None)
             row = hit[1] if hit is not None and hit[0] == budget else self._row(handle, budget, allowance)
             if isinstance(row, np.ndarray):
                 rows.append(row)
                 out.append(READY)
             else:
                 out.append(_text(row))  # PARKED, or the error's text
+                if row == PARKED:
+                    self.parked.append((handle, budget))
         return out, np.concatenate(rows).tobytes() if rows else b""
 
 

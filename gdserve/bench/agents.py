@@ -138,16 +138,18 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
 
 def mask_share(step_times) -> dict:
     """Of each step with guided rows, the share of its time spent on them on the host (accepting
-    tokens, termination checks, filling masks): the mean and the p99 over the run's steps; and
-    that host time per guided row and step, over the run (row_us)."""
-    steps = [(step_s, mask_s, rows) for step_s, mask_s, rows in step_times if step_s > 0]
+    tokens, termination checks, filling masks): the mean and the p99 over the run's steps; that
+    host time per guided row and step, over the run (row_us); and the share of guided rows parked
+    (not ready within the step's allowance: the sequence skipped the step)."""
+    steps = [step for step in step_times if step[0] > 0]
     if not steps:
-        return {"steps": 0, "mean": None, "p99": None, "row_us": None}
-    shares = [mask_s / step_s for step_s, mask_s, _ in steps]
-    rows = sum(n for _, _, n in steps)
+        return {"steps": 0, "mean": None, "p99": None, "row_us": None, "parked": None}
+    shares = [mask_s / step_s for step_s, mask_s, _, _ in steps]
+    rows = sum(step[2] for step in steps)
     return {"steps": len(shares), "mean": round(float(np.mean(shares)), 4),
             "p99": round(float(np.percentile(shares, 99)), 4),
-            "row_us": round(1e6 * sum(mask_s for _, mask_s, _ in steps) / rows, 1) if rows else None}
+            "row_us": round(1e6 * sum(step[1] for step in steps) / rows, 1) if rows else None,
+            "parked": round(sum(step[3] for step in steps) / rows, 4) if rows else None}
 
 
 def _add_request(engine, prompt: list[int], params: SamplingParams, grammar,
@@ -353,15 +355,17 @@ def format_table(r: dict) -> str:
     lines = [f"agents: {s['requested']} requests, each its own schema: {s['accepted']} accepted, "
              f"{s['refused']} refused; max_tokens {r['max_tokens']}, temperature {r['temperature']}",
              f"{'':>10} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'vs unguided':>12} {'target':>8}"
-             f" {'on masks, mean / p99 of a step':>31} {'us per row':>10}"]
+             f" {'on masks, mean / p99 of a step':>31} {'us per row':>10} {'parked':>7}"]
     for name, ratio, target in (("unguided", None, None), ("cold", ratios["cold_vs_unguided"], "cold_vs_unguided"),
                                 ("warm", ratios["warm_vs_unguided"], "warm_vs_unguided")):
         run = r[name]
         share = run.get("mask_share") or {}
         masks = f"{share['mean']:.1%} / {share['p99']:.1%}" if share.get("mean") is not None else "-"
         row_us = f"{share['row_us']:.1f}" if share.get("row_us") is not None else "-"
+        parked = f"{share['parked']:.2%}" if share.get("parked") is not None else "-"
         lines.append(f"{name:>10} {run['output_tokens']:>8} {run['seconds']:>8.1f} {run['tokens_per_s']:>9.1f} "
-                     f"{_x(ratio):>12} {_x(TARGETS[target], '>= ') if target else '':>8} {masks:>31} {row_us:>10}")
+                     f"{_x(ratio):>12} {_x(TARGETS[target], '>= ') if target else '':>8} {masks:>31} {row_us:>10}"
+                     f" {parked:>7}")
     lines.append(f"compile, one schema at a time, submit to first mask (ms): p50 {_ms(c['p50'])} "
                  f"(target <= {TARGETS['compile_p50_ms']:g}), p90 {_ms(c['p90'])}, p99 {_ms(c['p99'])} "
                  f"(target <= {TARGETS['compile_p99_ms']:g}), max {_ms(c['max'])}; {c['refused']} refused")

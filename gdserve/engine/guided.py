@@ -1,10 +1,13 @@
 """Guided decoding in the decode loop: compile constraints off the loop, mask the guided rows'
 logits with one bitmask per step, advance each sequence's matcher with its sampled token.
 
-A step spends about STEP_ALLOWANCE_S on matchers' new work (rows of states not seen before,
-completion searches: grammar/allowance.py), and one unit of it per row beyond that. A sequence
-whose row is not ready by then is parked: it skips this step's sample and retries in the next
-with its finished work cached; the batch goes on without it."""
+A step spends a bounded time on matchers' new work (rows of states not seen before, completion
+searches: grammar/allowance.py), and one unit of it per row beyond that: on a GPU the device's
+recent forward time (engine/forward_clock.py; at least MIN_STEP_ALLOWANCE_S), since rows made
+while the forward runs cost nothing and a wait past its end stalls the whole batch; elsewhere
+STEP_ALLOWANCE_S. A sequence whose row is not ready by then is parked: it skips this step's sample
+and retries in the next with its finished work cached (a mask worker goes on with it meanwhile);
+the batch goes on without it."""
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,7 +29,8 @@ from gdserve.kernels import apply_token_bitmask
 from gdserve.kernels.bitmask import bitmask_width
 from gdserve.sampling_params import StructuredOutputsParams
 
-STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work; about one decode step on a GPU
+STEP_ALLOWANCE_S = 0.02  # a step's wait on new mask work where the forward is not timed
+MIN_STEP_ALLOWANCE_S = 0.002  # the least a step waits on it on a GPU
 MAX_STEP_TIMES = 1 << 16  # steps whose guided host time an engine keeps (the newest)
 
 
@@ -104,10 +108,12 @@ class GuidedDecoder:
         self._allowance = Allowance.of(STEP_ALLOWANCE_S)
         self._step_mask_s = 0.0
         self._step_rows = 0
+        self._step_parked = 0
         # (step seconds, of which host seconds on guided rows: accepts, termination checks, masks;
-        # the guided rows masked or parked), for each step that had guided rows: what the benches
-        # report as the share of a step spent on masks and the host time per row.
-        self.step_times: deque[tuple[float, float, int]] = deque(maxlen=MAX_STEP_TIMES)
+        # the guided rows masked or parked; of them parked), for each step that had guided rows:
+        # what the benches report as the share of a step spent on masks, the host time per row
+        # and the share of rows parked.
+        self.step_times: deque[tuple[float, float, int, int]] = deque(maxlen=MAX_STEP_TIMES)
 
     @property
     def service(self) -> CompileService:
@@ -153,15 +159,16 @@ class GuidedDecoder:
                 pass
         return grammar.matcher()
 
-    def begin_step(self) -> None:
-        """Start the step's allowance for new mask work (advance and apply_bitmask)."""
-        self._allowance = Allowance.of(STEP_ALLOWANCE_S)
+    def begin_step(self, forward_s: float | None = None) -> None:
+        """Start the step's allowance for new mask work (advance and apply_bitmask): the
+        device's recent forward time where known (the step's forward runs meanwhile)."""
+        self._allowance = Allowance.of(STEP_ALLOWANCE_S if forward_s is None else max(MIN_STEP_ALLOWANCE_S, forward_s))
 
     def end_step(self, step_s: float) -> None:
         """Record the step's guided host time beside its length, where it had any."""
         if self._step_mask_s:
-            self.step_times.append((step_s, self._step_mask_s, self._step_rows))
-        self._step_mask_s, self._step_rows = 0.0, 0
+            self.step_times.append((step_s, self._step_mask_s, self._step_rows, self._step_parked))
+        self._step_mask_s, self._step_rows, self._step_parked = 0.0, 0, 0
 
     def advance(self, sampled: list[tuple[Sequence, int]]) -> list[int | Exception]:
         """Advance each guided sequence's matcher by its sampled token: per sequence ACCEPTED,
@@ -207,6 +214,7 @@ class GuidedDecoder:
         if rows or parked:
             self._step_mask_s += time.perf_counter() - start
             self._step_rows += len(rows) + len(parked)
+            self._step_parked += len(parked)
         return parked
 
     def _remote_rows(self, remote: list[tuple[int, Sequence]], host: torch.Tensor,

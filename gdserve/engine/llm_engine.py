@@ -22,6 +22,7 @@ from gdserve.config import MAX_DEFAULT_SEQS, EngineConfig, default_max_num_seqs
 from gdserve.engine.detokenizer import IncrementalDetokenizer
 from gdserve.engine.errors import EngineDeadError
 from gdserve.engine.executor import MultiprocExecutor
+from gdserve.engine.forward_clock import ForwardClock
 from gdserve.engine.guided import GuidedDecoder, check_fits
 from gdserve.engine.growth_reserve import GrowthReserve
 from gdserve.engine.kv_cache_manager import KVCacheManager
@@ -112,6 +113,7 @@ class LLMEngine:
                                     config.grammar_compile_timeout_s, config.grammar_compile_workers,
                                     config.grammar_cache_path(), config.grammar_mask_workers)
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
+        self.forward_clock = ForwardClock.of(self.device)
         self._cpu_threads = torch.get_num_threads() if self._shares_cores() else None
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
@@ -377,8 +379,10 @@ class LLMEngine:
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
         self._leave_cores_to_compiles()
+        self.forward_clock.start()
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids, lora_slots)
-        self.guided.begin_step()
+        self.forward_clock.stop()
+        self.guided.begin_step(self.forward_clock.estimate_s)
         outputs += self._take_pending()
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n

@@ -51,7 +51,8 @@ def test_report_counts_add_up_with_a_refused_schema(tiny_llama_dir, schema_dir, 
     for run in ("cold", "warm"):  # every step of a guided run has guided rows
         share = r[run]["mask_share"]
         assert share["steps"] > 0 and 0 < share["mean"] <= share["p99"] <= 1 and share["row_us"] > 0
-    assert r["unguided"]["mask_share"] == {"steps": 0, "mean": None, "p99": None, "row_us": None}
+        assert 0 <= share["parked"] <= 1
+    assert r["unguided"]["mask_share"] == {"steps": 0, "mean": None, "p99": None, "row_us": None, "parked": None}
     compile_ms = r["compile_ms"]
     assert compile_ms["schemas"] == 4 and compile_ms["refused"] == 1
     assert {x["schema"] for x in compile_ms["per_schema"] if x["error"]} == {"schemas/bad_type.json"}

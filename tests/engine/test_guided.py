@@ -12,9 +12,9 @@ import pytest
 from gdserve import LLM, SamplingParams
 from gdserve.engine.guided import STEP_ALLOWANCE_S
 from gdserve.grammar import GrammarError
-from gdserve.grammar.allowance import unit_of_work
 from gdserve.sampling_params import StructuredOutputsParams
 from tests.engine.test_llm import assert_no_leaks
+from tests.grammar.slow_grammar import UNIT_S, SlowRowGrammar
 from tests.helpers import chat_ids
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -193,32 +193,6 @@ def test_a_max_tokens_below_the_shortest_completion_is_refused_naming_the_minimu
     assert_no_leaks(llm)
 
 
-class SlowRowGrammar:
-    """A compiled grammar whose matcher needs `units` units of new work (5 ms each, progress
-    kept: each a grammar/allowance.py unit_of_work) before its first row."""
-
-    def __init__(self, grammar, units: int):
-        self.grammar, self.units, self.units_done = grammar, units, 0
-
-    def matcher(self):
-        return SlowRowMatcher(self)
-
-
-class SlowRowMatcher:
-    def __init__(self, slow: SlowRowGrammar):
-        self.slow, self.inner = slow, slow.grammar.matcher()
-
-    def next_token_row(self, budget=None):
-        while self.slow.units_done < self.slow.units:
-            with unit_of_work():
-                time.sleep(0.005)
-                self.slow.units_done += 1
-        return self.inner.next_token_row(budget)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 def test_a_slow_matcher_parks_its_sequence_not_the_batch(tiny_llama_dir):
     """A matcher whose first row takes 2 s of work beside unguided and guided requests: each step
     gives it at most the step's allowance (it waits, parked, the batch does not), the others run
@@ -232,7 +206,7 @@ def test_a_slow_matcher_parks_its_sequence_not_the_batch(tiny_llama_dir):
     slow_id = engine.add_request([5, 6, 7], greedy(12), grammar=slow)
     others = {engine.add_request([9, 10, 11 + i], greedy(16, ignore_eos=True)) for i in range(2)}
     others |= {engine.add_request([12, 13, 14 + i], greedy(8), grammar=ready) for i in range(2)}
-    max_units_per_step = int(STEP_ALLOWANCE_S / 0.005) + 1  # a unit lasts 5 ms at least
+    max_units_per_step = int(STEP_ALLOWANCE_S / UNIT_S) + 1  # a unit lasts UNIT_S at least
     finished = {}
 
     def step_until(request_ids: set[str]) -> None:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.matcher_pool import ACCEPTED, READY, REFUSED, TERMINATED, MatcherPool, Unplaceable
+from gdserve.grammar.matcher_pool import ACCEPTED, PARKED, READY, REFUSED, TERMINATED, MatcherPool, Unplaceable
 from gdserve.grammar.service import CompileService
 from gdserve.grammar.vocabulary import token_vocabulary
 from gdserve.kernels.bitmask import bitmask_width, unpack_words
+from tests.grammar.slow_grammar import UNIT_S, SlowRowGrammar
 
 CONSTRAINTS = [("json", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                                           "tags": {"type": "array", "items": {"enum": ["a", "b"]}}},
@@ -113,3 +114,15 @@ def test_a_grammar_that_cannot_travel_is_unplaceable(smollm2_tokenizer, pool):
     with pytest.raises(Unplaceable, match="pickle"):
         pool.matcher(Local(compile_grammar("regex", "[a-z]+", smollm2_tokenizer)))
     assert pool.held() == [(0, 0), (0, 0)]
+
+
+def test_a_worker_goes_on_with_a_parked_row_between_asks(smollm2_tokenizer, pool):
+    """A row of 40 units parks under a 10 ms deadline; the worker finishes it while the engine is
+    away, so the next ask, under the same deadline, gets it."""
+    grammar = compile_grammar("regex", "[a-z]{3}", smollm2_tokenizer)
+    matcher = pool.matcher(SlowRowGrammar(grammar, 40))
+    out = np.zeros((1, bitmask_width(len(smollm2_tokenizer))), dtype=np.uint32)
+    assert pool.fill_rows([(matcher, 100)], time.perf_counter() + 0.01, out) == [PARKED]
+    time.sleep(40 * UNIT_S + 0.3)
+    assert pool.fill_rows([(matcher, 100)], time.perf_counter() + 0.01, out) == [READY]
+    assert np.array_equal(out[0], grammar.matcher().next_token_row(100).numpy().view(np.uint32))
