@@ -1,9 +1,10 @@
 """Ordinary requests beside hostile constraints, over HTTP, on the CPU: does one request's matcher
 work stall the others? Starts `gdserve serve` (the default model), then sends ORDINARY (guided and
-unguided chat requests, greedy) alone, and the same again beside the HOSTILE constraints (ReDoS
-patterns, a 20,000-value enum, a 3,000-branch anyOf, $ref loops, a remote $ref, an ambiguous
-grammar, big bounded arrays, ...), all at once, while /health is polled. Reports each ordinary
-request's latency alone and beside, their ratio (target: the slowest within 1.5x), /health's worst
+unguided chat requests, greedy) alone, beside as many BENIGN unguided requests (the batch grown as
+much, no matcher work), and beside the HOSTILE constraints (ReDoS patterns, a 20,000-value enum, a
+3,000-branch anyOf, $ref loops, a remote $ref, an ambiguous grammar, big bounded arrays, ...), all
+at once, while /health is polled. Reports each ordinary request's latency alone and beside each,
+their ratios (target: the slowest within 1.5x of alone beside the hostile ones), /health's worst
 latency, and each hostile request's HTTP status and what it said. Usage:
 
     python scripts/hostile_cpu.py [--rounds N] [--output FILE] [-- gdserve serve flags]
@@ -33,33 +34,45 @@ ORDINARY_PROMPTS = ["Describe a person who lives in Lisbon.", "Plan a team meeti
                     "Record a card payment of 42 euros at a bakery.", "Give me a recipe for pancakes."]
 
 
-def hostile() -> list[tuple[str, dict]]:
-    """(name, request fields beyond model and messages) of constraints built to be slow or refused."""
+def hostile(salt: int = 0) -> list[tuple[str, dict]]:
+    """(name, request fields beyond model and messages) of constraints built to be slow or refused,
+    spelled apart by `salt` (the same languages): each round's are new to the server's caches."""
     def schema(name: str, s: object) -> dict:
+        s = {**s, "$comment": f"round {salt}"} if isinstance(s, dict) else s
         return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": s}}}
+
+    def regex(pattern: str) -> dict:
+        return {"guided_regex": "(?:" * salt + pattern + ")" * salt}
     nested: dict = {"type": "string"}
     for i in range(150):
         nested = {"type": "object", "properties": {f"level{i}": nested}, "required": [f"level{i}"]}
     return [
-        ("redos_nested_plus", {"guided_regex": r"(a+)+$"}),
-        ("redos_alternation", {"guided_regex": r"(a|aa)+b"}),
-        ("dfa_blowup", {"guided_regex": r"(.*a){24}"}),
-        ("regex_huge_repeat", {"guided_regex": r"([a-z]{100}){100}"}),
-        ("regex_lookahead", {"guided_regex": r"(?=abc)abc"}),
+        ("redos_nested_plus", regex(r"(a+)+")),
+        ("redos_alternation", regex(r"(a|aa)+b")),
+        ("dfa_blowup", regex(r"(.*a){24}")),
+        ("regex_huge_repeat", regex(r"([a-z]{100}){100}")),
+        ("regex_lookahead", regex(r"(?=abc)abc")),
         ("enum_20000", schema("enum", {"enum": [f"value_{i:05d}" for i in range(20000)]})),
         ("anyof_3000", schema("anyof", {"anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}},
                                                    "required": [f"k{i}"]} for i in range(3000)]})),
         ("ref_loop", schema("loop", {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
                                      "$ref": "#/$defs/a"})),
         ("remote_ref", schema("remote", {"$ref": "https://example.com/schemas/person.json"})),
-        ("grammar_ambiguous", {"guided_grammar": 'start: x+\nx: "a" | "a" "a" | "a" "a" "a"'}),
+        ("grammar_ambiguous", {"guided_grammar": f'start: x+\nx: "a" | "a" "a" | "a" "a" "a"\n// round {salt}'}),
         ("array_2000_to_5000", schema("array", {"type": "array", "items": {"type": "string", "maxLength": 5},
                                                 "minItems": 2000, "maxItems": 5000})),
         ("nested_150", schema("nested", nested)),
-        ("choice_5000", {"guided_choice": [f"option number {i} " + "x" * (i % 50) for i in range(5000)]}),
+        ("choice_5000", {"guided_choice": [f"option number {i} " + "x" * (i % 50) for i in range(5000)]
+                         + [f"round {salt}"]}),
         ("open_pattern_keys", schema("keys", {"type": "object", "patternProperties": {
             f"^p{i}_[a-z]{{2,{8 + i % 5}}}$": {"type": "integer", "minimum": i} for i in range(60)}})),
     ]
+
+
+def benign() -> list[tuple[str, dict]]:
+    """As many unguided requests as HOSTILE, each running to max_tokens: the load of a batch that
+    grew as much, without any matcher work."""
+    return [(f"benign_{i}", {"prompt": f"Count from {i} upwards.", "ignore_eos": True}) for i in range(len(hostile()))]
 
 
 def ordinary() -> list[tuple[str, dict]]:
@@ -102,21 +115,21 @@ async def poll_health(session, url: str, stop_event: asyncio.Event) -> list[floa
     return latencies
 
 
-async def one_round(url: str, with_hostile: bool) -> dict:
+async def one_round(url: str, beside: str | None, salt: int = 0) -> dict:
     import aiohttp
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as session:
         stop_event = asyncio.Event()
         health = asyncio.create_task(poll_health(session, url, stop_event))
         jobs = [send(session, url, n, f) for n, f in ordinary()]
-        if with_hostile:
-            jobs += [send(session, url, n, f) for n, f in hostile()]
+        if beside:
+            jobs += [send(session, url, n, f) for n, f in (hostile(salt) if beside == "hostile" else benign())]
         start_s = time.perf_counter()
         results = await asyncio.gather(*jobs)
         wall = time.perf_counter() - start_s
         stop_event.set()
         health_s = await health
     plain = results[:len(ordinary())]
-    return {"wall_s": round(wall, 3), "ordinary": plain, "hostile": results[len(plain):],
+    return {"wall_s": round(wall, 3), "ordinary": plain, "beside": results[len(plain):],
             "ordinary_max_s": max(r["seconds"] for r in plain),
             "ordinary_mean_s": round(statistics.mean(r["seconds"] for r in plain), 3),
             "health_max_ms": round(1e3 * max(health_s, default=0.0), 1)}
@@ -124,7 +137,7 @@ async def one_round(url: str, with_hostile: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=2, help="alone / beside pairs (the best of each is kept)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of alone / benign / hostile (the median of each is reported)")
     parser.add_argument("--output", default="bench-results/hostile_cpu.json")
     args, serve_flags = parser.parse_known_args()
     serve_flags = [f for f in serve_flags if f != "--"]
@@ -135,22 +148,29 @@ def main() -> None:
     log = Path(tempfile.gettempdir()) / f"hostile_cpu_{port}.log"
     proc = start(spec, port, log, threads=0)
     try:
-        asyncio.run(one_round(url, False))  # warm-up: compiles the ordinary schemas, as a server that ran a while has
-        rounds = [(asyncio.run(one_round(url, False)), asyncio.run(one_round(url, True))) for _ in range(args.rounds)]
+        asyncio.run(one_round(url, None))  # warm-up: compiles the ordinary schemas, as a server that ran a while has
+        kinds = (None, "benign", "hostile")
+        rounds = [{kind or "alone": asyncio.run(one_round(url, kind, salt)) for kind in kinds}
+                  for salt in range(1, args.rounds + 1)]
     finally:
         stop(proc)
-    alone = min((a for a, _ in rounds), key=lambda r: r["ordinary_max_s"])
-    beside = min((b for _, b in rounds), key=lambda r: r["ordinary_max_s"])
+    # the median round of each (every round's hostile constraints are new to the server)
+    best = {kind: sorted((r[kind] for r in rounds), key=lambda r: r["ordinary_max_s"])[(len(rounds) - 1) // 2]
+            for kind in rounds[0]}
+    alone = best["alone"]
     result = {"date": datetime.date.today().isoformat(), "commit": git_commit(),
-              "machine": platform.processor() or platform.machine(), "command": " ".join([sys.executable, *sys.argv]), "serve_flags": serve_flags,
-              "max_tokens": MAX_TOKENS, "alone": alone, "beside": beside,
-              "ratio_max": round(beside["ordinary_max_s"] / alone["ordinary_max_s"], 3),
-              "ratio_mean": round(beside["ordinary_mean_s"] / alone["ordinary_mean_s"], 3),
-              "rounds": [{"alone_max_s": a["ordinary_max_s"], "beside_max_s": b["ordinary_max_s"]} for a, b in rounds]}
-    print(f"ordinary requests alone: mean {alone['ordinary_mean_s']:.2f} s, slowest {alone['ordinary_max_s']:.2f} s; "
-          f"beside the hostile ones: mean {beside['ordinary_mean_s']:.2f} s, slowest {beside['ordinary_max_s']:.2f} s "
-          f"= {result['ratio_max']:.2f}x (target <= 1.5x); /health worst {beside['health_max_ms']:.0f} ms")
-    for r in beside["hostile"]:
+              "machine": platform.processor() or platform.machine(), "command": " ".join([sys.executable, *sys.argv]),
+              "serve_flags": serve_flags, "max_tokens": MAX_TOKENS, **best,
+              "ratio_max": {k: round(best[k]["ordinary_max_s"] / alone["ordinary_max_s"], 3) for k in ("benign", "hostile")},
+              "ratio_mean": {k: round(best[k]["ordinary_mean_s"] / alone["ordinary_mean_s"], 3) for k in ("benign", "hostile")},
+              "rounds": [{k: r[k]["ordinary_max_s"] for k in r} for r in rounds]}
+    print(f"ordinary requests alone: mean {alone['ordinary_mean_s']:.2f} s, slowest {alone['ordinary_max_s']:.2f} s")
+    for kind in ("benign", "hostile"):
+        r = best[kind]
+        print(f"beside {len(r['beside'])} {kind} ones: mean {r['ordinary_mean_s']:.2f} s, slowest {r['ordinary_max_s']:.2f} s "
+              f"= {result['ratio_max'][kind]:.2f}x{' (target <= 1.5x)' if kind == 'hostile' else ''}; "
+              f"/health worst {r['health_max_ms']:.0f} ms")
+    for r in best["hostile"]["beside"]:
         print(f"  {r['name']:<20} HTTP {r['status']} in {r['seconds']:6.2f} s, {r['tokens']} tokens: {r['said']}")
     write_result(result, args.output)
 
