@@ -12,7 +12,8 @@ checks, filling masks), mean and p99 over its steps, so that the next bottleneck
 
 Before the clock the engine runs one unguided request and one `choice` request (none of the
 schemas): that starts the compile workers and compiles the mask kernel, one-off costs of a
-process, not of a new schema.
+process, not of a new schema. Each guided request samples with a seed of its own (from --seed),
+so that two runs of the same code meet the same states and two commits can be compared.
 """
 import argparse
 import importlib.metadata
@@ -178,20 +179,27 @@ def _warm_up_guided(llm, prompt: list[int]) -> None:
 
 
 def run_engine_runs(llm, items: list[AgentSchema], prompts: list[list[int]], max_tokens: int,
-                    temperature: float) -> tuple[dict, list[RequestOutput]]:
+                    temperature: float, seed: int = 0) -> tuple[dict, list[RequestOutput]]:
     """Cold guided, warm guided and unguided runs of the same requests on a fresh engine; returns
-    the three rates, their ratios and the cold run's outputs."""
+    the three rates, their ratios and the cold run's outputs. Each guided request samples with a
+    seed of its own (seed + its index; the warm run's are offset by the number of requests, so it
+    samples other outputs than the cold run's): the same code gives the same outputs run after run."""
     engine = llm.engine
     _warm_up_guided(llm, prompts[0])
-    guided = [SamplingParams(max_tokens=max_tokens, temperature=temperature, output_kind="final_only",
-                             structured_outputs=StructuredOutputsParams(json=item.schema)) for item in items]
+
+    def guided_params(offset: int) -> list[SamplingParams]:
+        return [SamplingParams(max_tokens=max_tokens, temperature=temperature, output_kind="final_only",
+                               seed=seed + offset + i, structured_outputs=StructuredOutputsParams(json=item.schema))
+                for i, item in enumerate(items)]
+    guided = guided_params(0)
     print(f"cold guided: {len(items)} requests, each its own schema ...", file=sys.stderr, flush=True)
     cold, outputs = run_batch(engine, prompts, guided)
     compiling = {i: engine.guided.submit(guided[i].structured_outputs) for i, o in enumerate(outputs) if not _refused(o)}
     compiled = [i for i, future in compiling.items() if future.exception() is None]  # cache hits, but for evictions
     grammars = [compiling[i].result() for i in compiled]
     print(f"warm guided: {len(compiled)} requests ...", file=sys.stderr, flush=True)
-    warm, _ = run_batch(engine, [prompts[i] for i in compiled], [guided[i] for i in compiled], grammars)
+    warm_params = guided_params(len(items))
+    warm, _ = run_batch(engine, [prompts[i] for i in compiled], [warm_params[i] for i in compiled], grammars)
     produced = [i for i, o in enumerate(outputs) if o.outputs[0].token_ids]
     unguided_params = [SamplingParams(max_tokens=len(outputs[i].outputs[0].token_ids), temperature=temperature,
                                       ignore_eos=True, output_kind="final_only") for i in produced]
@@ -334,7 +342,7 @@ def cmd_agents(args: argparse.Namespace, engine_args: dict) -> None:
     llm = warm_llm(args.model, engine_args, [{"prompt_token_ids": prompts[0]}])
     engine = llm.engine
     try:
-        runs, outputs = run_engine_runs(llm, items, prompts, max_tokens, temperature)
+        runs, outputs = run_engine_runs(llm, items, prompts, max_tokens, temperature, seed)
         print(f"compile latency: {n} schemas one at a time ...", file=sys.stderr, flush=True)
         latencies = compile_latencies(items, engine.tokenizer, engine.eos_token_ids,
                                       engine.model_config.vocab_size, config.grammar_compile_timeout_s)

@@ -97,3 +97,12 @@ def test_ends_inside_string():
     assert ends_inside_string('{"a": "x\\"y')
     assert not ends_inside_string('{"a": "done", "b": 1')
     assert not ends_inside_string('{"a": "x\\\\"')
+
+
+def test_guided_runs_sample_the_same_outputs_every_time(tiny_llama_dir, schema_dir, tmp_path):
+    """Each guided request has its own seed, so a second bench of the same code meets the same
+    states (what makes two commits' runs comparable); the warm run's seeds differ from the cold's."""
+    first, second = (run_bench(tiny_llama_dir, schema_dir, tmp_path, "--temperature", "1.0") for _ in range(2))
+    for run in ("cold", "warm"):
+        assert first[run]["output_tokens"] == second[run]["output_tokens"] > 0
+    assert first["outputs"] == second["outputs"]
