@@ -6,21 +6,17 @@ grammar/compile_worker.py) each holds the grammars placed on it and the matchers
 sequences. A grammar stays on one worker while it lives (its caches are that worker's, and every
 sequence of it gains from them), placed on the worker with the fewest live matchers.
 
-The engine sends each worker one message a step, `advance` (each sequence's sampled token), and
-reads two answers: at once whether each token was accepted (and whether only EOS can follow),
-then, unasked, the next rows of the accepted sequences, packed as one blob, which the worker
-computes while the engine takes in the step's outputs; `fill_rows` reads those, and asks only for
-the rows they do not hold (a new sequence's first, a parked one's). Each message carries the
-operations queued for that worker since its last one (load or drop a grammar, open or close a
-matcher), so that placing a sequence costs no round trip. The workers run their parts at once;
-the engine waits for the slowest.
+The engine talks to all of them once per phase of a step: `advance` (each sequence's sampled
+token: accepted?, terminated?) and `fill_rows` (each sequence's next row, packed, sent back as
+one blob per worker). Each message carries the operations queued for that worker since its last
+one (load or drop a grammar, open or close a matcher), so that placing a sequence costs no round
+trip. The workers run their parts at once; the engine waits for the slowest.
 
 Each worker bounds its step's new work by the engine's deadline (time.perf_counter is the
 system's monotonic clock, the same in every process), as the engine's own thread does
 (grammar/allowance.py), and goes on with the rows it answered PARKED until the engine's next
-message comes (allowance.Interruptible), so that they are ready at a later ask. A worker that
-dies fails the sequences placed on it (their states were there) and is started again for new
-ones.
+message comes (allowance.Interruptible), so that they are ready at a later ask. A worker that dies fails the sequences placed on it (their states were
+there) and is started again for new ones.
 """
 import io
 import itertools
@@ -65,11 +61,10 @@ def main(fd: int, parent_pid: int) -> None:
             ops, kind, work, deadline = conn.recv()
             start = time.perf_counter()
             worker.apply(ops)
-            conn.send((worker.run(kind, work, deadline), time.perf_counter() - start))
-            if kind == "advance":  # then, unasked, the next rows of the accepted ones
-                start = time.perf_counter()
-                rows = worker.next_rows(deadline)
-                conn.send((rows, time.perf_counter() - start))
+            conn.send((worker.run(kind, work, deadline), worker.busy_s + time.perf_counter() - start))
+            start = time.perf_counter()
+            worker.prefetch(deadline)  # while the engine reads the answers
+            worker.busy_s = time.perf_counter() - start
     except (EOFError, OSError):  # the engine closed its end, or its process is gone
         pass
 
@@ -79,9 +74,10 @@ class _Worker:
         self.trie = trie
         self.grammars: dict[int, object] = {}  # an Exception where the grammar could not be read
         self.matchers: dict[int, object] = {}
-        self.accepted: list[tuple[int, int]] = []  # (handle, budget) of the last advance's accepted
-        self.parked: list[tuple[int, int]] = []  # (handle, budget) of the step's rows answered PARKED
-        self.prefetched: dict[int, tuple[int, np.ndarray]] = {}  # handle -> (budget, its row), unasked
+        self.to_prefetch: list[tuple[int, int]] = []  # (handle, budget) advanced, rows not asked yet
+        self.parked: list[tuple[int, int]] = []  # (handle, budget) of the rows last answered PARKED
+        self.prefetched: dict[int, tuple[int, np.ndarray]] = {}  # handle -> (budget, its row)
+        self.busy_s = 0.0  # prefetching since the last answer
 
     def apply(self, ops: list[tuple]) -> None:
         for op, key, *rest in ops:
@@ -103,23 +99,25 @@ class _Worker:
         if kind == "held":
             return len(self.grammars), len(self.matchers)
         allowance = Allowance(deadline)
-        if kind == "advance":  # a new step: its asks will name the rows still wanted
-            self.parked = []
+        if kind == "advance":
             answers = [_text(advance_matcher(self._matcher(h), t, allowance)) for h, t, _ in work]
             for h, _, _ in work:  # a row is its state's: these moved on
                 self.prefetched.pop(h, None)
-            self.accepted = [(h, b) for (h, _, b), a in zip(work, answers) if a == ACCEPTED]
+            self.to_prefetch = [(h, b) for (h, _, b), a in zip(work, answers) if a == ACCEPTED]
             return answers
         with allowing(allowance):
             return self._rows(work, allowance)
 
-    def next_rows(self, deadline: float) -> tuple[list[int | str], bytes]:
-        """The rows of the last advance's accepted matchers for their budgets, as `rows` answers
-        them, computed while the engine reads the advance's answers."""
-        work, self.accepted = self.accepted, []
+    def prefetch(self, deadline: float) -> None:
+        """The rows the engine asks for next, computed while it reads the advance's answers
+        (work left unfinished at the deadline stays cached for the ask)."""
         allowance = Allowance(deadline)
         with allowing(allowance):
-            return self._rows(work, allowance)
+            for handle, budget in self.to_prefetch:
+                row = self._row(handle, budget, allowance)
+                if not isinstance(row, int):  # PARKED: the ask goes on with the work done so far
+                    self.prefetched[handle] = (budget, row)
+        self.to_prefetch = []
 
     def work_on_parked(self, interrupted) -> None:
         """The rows last answered PARKED, computed while the engine runs its step, until
@@ -153,6 +151,7 @@ class _Worker:
 
     def _rows(self, work: list[tuple[int, int]], allowance: Allowance) -> tuple[list[int | str], bytes]:
         out, rows = [], []
+        self.parked = []
         for handle, budget in work:
             hit = self.prefetched.pop(handle, None)
             row = hit[1] if hit is not None and hit[0] == budget else self._row(handle, budget, allowance)
@@ -228,11 +227,6 @@ class MatcherPool:
         self._ops: list[list[tuple]] = [[] for _ in range(num_workers)]
         self._load = [0] * num_workers  # live matchers per worker
         self._busy = [0.0] * num_workers  # seconds of work per message, a moving average
-        # After an advance each worker sends, unasked, the next rows of the matchers it accepted
-        # (their (handle, budget) kept here until that message is read), read by fill_rows or
-        # before anything else is sent to it; read, they wait in _pushed for fill_rows.
-        self._owed: dict[int, list[tuple[int, int]]] = {}
-        self._pushed: dict[int, dict[int, tuple[int, int | str, np.ndarray | None]]] = {}
         self._placed: dict[int, tuple[int, int, int]] = {}  # id(grammar) -> (worker, generation, key)
         # (worker, generation, handle) of released matchers and (id, placement) of collected
         # grammars, appended from any thread (a collection runs where the last reference goes),
@@ -275,27 +269,14 @@ class MatcherPool:
     def advance(self, items: list[tuple[RemoteMatcher, int, int]], deadline: float) -> list[int | str]:
         """Per (matcher, sampled token, budget): ACCEPTED, REFUSED (the grammar refuses it: no
         change), TERMINATED (accepted, and only EOS can follow), or an error's text. An ACCEPTED
-        matcher's worker goes on to its row for that budget and sends it unasked (fill_rows
-        takes it: no second round trip)."""
-        self._pushed.clear()
+        matcher's worker goes on to its row for that budget (fill_rows' next ask)."""
         return [answer for answer, _ in self._call("advance", items, deadline)]
 
     def fill_rows(self, items: list[tuple[RemoteMatcher, int]], deadline: float, out: np.ndarray) -> list[int | str]:
         """Per (matcher, budget): READY, PARKED (not ready within the deadline) or an error's
         text. The READY rows go to out (uint32 [>= len(items), width]) from its first row on, in
-        the order of `items`. Rows the workers sent after the last advance are taken as they
-        are (PARKED among them: their deadline has passed); the rest are asked for."""
-        answers: list[tuple | None] = [None] * len(items)
-        for k, (matcher, budget) in enumerate(items):
-            if matcher.worker in self._owed:
-                self._take_pushed(matcher.worker)
-            hit = self._pushed.get(matcher.worker, {}).get(matcher.handle)
-            if hit is not None and hit[0] == budget and matcher.generation == self._generation[matcher.worker]:
-                answers[k] = hit[1:]
-        self._pushed.clear()
-        rest = [k for k, a in enumerate(answers) if a is None]
-        for k, answer in zip(rest, self._call("rows", [items[k] for k in rest], deadline) if rest else []):
-            answers[k] = answer
+        the order of `items`."""
+        answers = self._call("rows", items, deadline)
         n = 0
         for answer, row in answers:
             if answer == READY:
@@ -345,7 +326,6 @@ class MatcherPool:
             if kind == "advance":
                 for k, answer in zip(ks, reply):
                     out[k] = (answer, None)
-                self._owed[w] = [(items[k][0].handle, items[k][2]) for k, a in zip(ks, reply) if a == ACCEPTED]
                 continue
             answers, blob = reply
             rows = iter(np.frombuffer(blob, dtype=np.uint32).reshape(-1, self.width))
@@ -353,21 +333,8 @@ class MatcherPool:
                 out[k] = (answer, next(rows) if answer == READY else None)
         return out
 
-    def _take_pushed(self, w: int) -> None:
-        """Read the rows worker w sent after its advance into _pushed (nothing where it died)."""
-        owed = self._owed.pop(w)
-        reply = self._receive(w)
-        if reply is None:
-            return
-        answers, blob = reply
-        rows = iter(np.frombuffer(blob, dtype=np.uint32).reshape(-1, self.width))
-        self._pushed[w] = {handle: (budget, answer, next(rows) if answer == READY else None)
-                           for (handle, budget), answer in zip(owed, answers)}
-
     def _send(self, w: int, kind: str, work: list[tuple], deadline: float) -> bool:
         """Worker w's queued operations and `work`; False where it is not running (or died)."""
-        if w in self._owed:  # its unasked rows come first
-            self._take_pushed(w)
         worker = self._ready(w)
         if worker is None:
             return False
@@ -416,8 +383,6 @@ class MatcherPool:
         worker, self._workers[w] = self._workers[w], None
         if worker is not None:
             worker.close()
-        self._owed.pop(w, None)
-        self._pushed.pop(w, None)
         self._generation[w] += 1
         self._ops[w], self._load[w] = [], 0
         if not self._closed:

@@ -13,7 +13,8 @@ checks, filling masks), mean and p99 over its steps, so that the next bottleneck
 Before the clock the engine runs one unguided request and one `choice` request (none of the
 schemas): that starts the compile workers and compiles the mask kernel, one-off costs of a
 process, not of a new schema. Each guided request samples with a seed of its own (from --seed),
-so that two runs of the same code meet the same states and two commits can be compared.
+so that runs of the same code sample alike: on the CPU they give the same outputs; on a GPU bf16
+logits depend on the batch's composition (which timing changes), so outputs still drift there.
 """
 import argparse
 import importlib.metadata
@@ -183,7 +184,7 @@ def run_engine_runs(llm, items: list[AgentSchema], prompts: list[list[int]], max
     """Cold guided, warm guided and unguided runs of the same requests on a fresh engine; returns
     the three rates, their ratios and the cold run's outputs. Each guided request samples with a
     seed of its own (seed + its index; the warm run's are offset by the number of requests, so it
-    samples other outputs than the cold run's): the same code gives the same outputs run after run."""
+    samples other outputs than the cold run's)."""
     engine = llm.engine
     _warm_up_guided(llm, prompts[0])
 

@@ -126,23 +126,3 @@ def test_a_worker_goes_on_with_a_parked_row_between_asks(smollm2_tokenizer, pool
     time.sleep(40 * UNIT_S + 0.3)
     assert pool.fill_rows([(matcher, 100)], time.perf_counter() + 0.01, out) == [READY]
     assert np.array_equal(out[0], grammar.matcher().next_token_row(100).numpy().view(np.uint32))
-
-
-def test_rows_sent_after_an_advance_are_taken_or_asked_again(smollm2_tokenizer, pool):
-    """An advance's accepted matchers come with their next rows for the advance's budgets; a row
-    asked for another budget is computed for it, and other messages to the worker (held) find
-    the protocol in step when no row was asked."""
-    grammar = compile_grammar("json", CONSTRAINTS[0][1], smollm2_tokenizer)
-    local, remote = grammar.matcher(), pool.matcher(grammar)
-    out = np.zeros((1, bitmask_width(len(smollm2_tokenizer))), dtype=np.uint32)
-    assert pool.fill_rows([(remote, 100)], FAR, out) == [READY]
-    for step, text in enumerate(['{"', 'name', '":"', 'a']):
-        token = smollm2_tokenizer.encode(text, add_special_tokens=False)[0]
-        assert pool.advance([(remote, token, 100 - step)], FAR) == [ACCEPTED]
-        assert local.accept_token(token)
-        if step == 1:
-            assert pool.held()[remote.worker] == (1, 1)  # the unasked rows are read first
-            continue
-        budget = 100 - step if step != 2 else 5  # near the budget: another row
-        assert pool.fill_rows([(remote, budget)], FAR, out) == [READY]
-        assert np.array_equal(out[0], local.next_token_row(budget).numpy().view(np.uint32))
