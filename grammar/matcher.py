@@ -14,6 +14,7 @@ import torch
 
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
+from gdserve.grammar.forced import forced_bytes
 from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
 from gdserve.kernels.bitmask import bitmask_width, pack_words, set_bits
 
@@ -93,6 +94,22 @@ class Grammar:
                 return None
             nxt = self._steps[key] = self.index.dfa.walk(state, trie.token_bytes(token_id))
         return None if nxt == self.index.dfa.dead else nxt
+
+    def readable_bytes(self, state: int) -> np.ndarray:
+        """bool [256]: the bytes the automaton can read from `state`."""
+        dfa = self.index.dfa
+        if not dfa.complete:
+            dfa.prepare(state, 1)
+        return dfa.trans[state][dfa.classes] != dfa.dead
+
+    def advance_bytes(self, state: int, data: bytes) -> int | None:
+        """The state after reading `data` from `state`; None where it dies."""
+        nxt = self.index.dfa.walk(state, data)
+        return None if nxt == self.index.dfa.dead else nxt
+
+    def forced_bytes(self, state: int) -> bytes:
+        """The bytes every completion of `state` continues with (grammar.forced)."""
+        return forced_bytes(self, state)
 
     def transitions(self, state: int) -> dict[int, int]:
         """{token id: next state} for the real tokens allowed in `state` (tests, tools)."""
@@ -282,6 +299,12 @@ class StateWalk:
             return True
         # Only an accepting state needs its row (built on a first visit) to tell.
         return self.grammar.accepts_eos(state) and self.grammar.state_mask(state).only_eos
+
+    def forced_bytes(self) -> bytes:
+        """The text every completion from here continues with (grammar/forced.py): empty where
+        the next byte is the model's to choose or the constraint may end here."""
+        state = self._states[-1]
+        return b"" if state == self.terminated else self.grammar.forced_bytes(state)
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last num_tokens accepted tokens (EOS included)."""

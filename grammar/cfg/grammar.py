@@ -29,6 +29,7 @@ from gdserve.grammar.cfg.complete import (depth_first_completion, search_complet
 from gdserve.grammar.cfg.lexer import Lexer
 from gdserve.grammar.cfg.masks import Expansion, MaskStore
 from gdserve.grammar.cfg.parser import LalrParser, Stack
+from gdserve.grammar.forced import forced_bytes
 from gdserve.grammar.cfg.lark_spec import CfgSpec
 from gdserve.grammar.matcher import StateWalk
 from gdserve.grammar.token_index import ByteDFA, TokenTrie
@@ -154,6 +155,25 @@ class CfgGrammar:
         if len(out) > MAX_CONFIGS:  # cut between tokens only: a mask is always its state's
             out = sorted(out, key=_config_order)[:MAX_CONFIGS]
         return frozenset(out) or None
+
+    def readable_bytes(self, states: CfgStates) -> np.ndarray:
+        """bool [256], a superset of the bytes the state can read: each configuration's lexeme
+        going on, and where it may end, the first bytes of what its parser takes next (the
+        lexer's start row for those terminals and the ignored ones)."""
+        out = np.zeros(256, dtype=bool)
+        for config in states:
+            out |= self.lexer.live_bytes(config.lex)
+            if not self.lexer.is_start(config.lex):
+                for after in self.emit(config.stack, config.lex):
+                    out |= self.lexer.live_bytes(self.start_of(after))
+        return out
+
+    def advance_bytes(self, states: CfgStates, data: bytes) -> CfgStates | None:
+        return self.advance(states, data)
+
+    def forced_bytes(self, states: CfgStates) -> bytes:
+        """The bytes every completion of the state continues with (grammar.forced)."""
+        return forced_bytes(self, states)
 
     @cached_property
     def _steps(self) -> BoundedCache[tuple[CfgStates, int], CfgStates | None]:

@@ -437,6 +437,11 @@ class Lexer:
             alive = self._live[state] = bool((self._table[state] != self._dead).any())
         return alive
 
+    def live_bytes(self, state: int) -> np.ndarray:
+        """bool [256]: the bytes after which the lexeme in `state` is still alive."""
+        row = self._table[state] != self._dead
+        return row[self._joint[1]]
+
     def step(self, state: int, byte: int) -> int:
         """The next state, -1 if the lexeme dies."""
         nxt = self._table.item(state, self._byte_class[byte])

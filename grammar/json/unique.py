@@ -143,9 +143,7 @@ class _ByteWalk:
         key = (state, id(order))
         out = self._next_bytes.get(key)
         if out is None or out[0] is not order:
-            dfa = self.grammar.index.dfa
-            dfa.prepare(state, 1)
-            readable = (dfa.trans[state][dfa.classes] != dfa.dead).tolist()
+            readable = self.grammar.readable_bytes(state).tolist()
             out = self._next_bytes.put(key, (order, tuple(b for b in order if readable[b])))
         return out[1]
 
@@ -221,6 +219,11 @@ class UniqueItemsMatcher:
 
     def is_terminated(self) -> bool:
         return self.base.is_terminated()
+
+    def forced_bytes(self) -> bytes:
+        """The base automaton's forced text: its language holds this one's, so every completion
+        here continues with it too."""
+        return self.base.forced_bytes()
 
     def distance_to_complete(self) -> int:
         return self.base.distance_to_complete()

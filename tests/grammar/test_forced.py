@@ -1,0 +1,92 @@
+"""Forced text (grammar/forced.py): what every completion of a matcher's state continues with, on
+every constraint kind. Checked against a brute force that tries all 256 bytes at each step, and
+on random walks: the allowed tokens agree with it and EOS waits for it."""
+import random
+
+import numpy as np
+import pytest
+
+from gdserve.grammar import compile_grammar
+from tests.grammar.walk import allowed_ids
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+CONSTRAINTS = [
+    ("regex", r"id-[0-9]{3}(ab|ac)x"),
+    ("choice", ["The capital of France is Paris", "The capital of France is Lyon", "No"]),
+    ("json", PERSON),
+    ("json", {"enum": ["alpha", "alphabet", "beta"]}),
+    ("json", {"type": "array", "items": {"const": "tool_call"}, "minItems": 1, "maxItems": 3}),
+    ("json_object", None),
+    ("grammar", 'start: "call " NAME "(" NAME ")"\nNAME: /[a-z]+/'),
+    ("grammar", "builtin:function_call"),
+]
+
+
+def _compile(tokenizer, kind, spec, **options):
+    return compile_grammar(kind, spec, tokenizer, **options)
+
+
+def _brute_forced(grammar, state) -> bytes:
+    """The forced text by trying every byte at each step."""
+    out = bytearray()
+    while not grammar.accepts_eos(state) and len(out) < 256:
+        readable = [b for b in range(256) if grammar.advance_bytes(state, bytes((b,))) is not None]
+        if len(readable) != 1:
+            break
+        out.append(readable[0])
+        state = grammar.advance_bytes(state, bytes(readable))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("kind,spec", CONSTRAINTS, ids=lambda x: str(x)[:24])
+def test_forced_text_on_random_walks(smollm2_tokenizer, kind, spec):
+    grammar = _compile(smollm2_tokenizer, kind, spec, open_objects=kind == "json")
+    base = getattr(grammar, "base", grammar)
+    rng, vocab = random.Random(7), smollm2_tokenizer.convert_ids_to_tokens
+    token_bytes = base.trie.token_bytes if hasattr(base, "trie") else base.index.trie.token_bytes
+    for _ in range(4):
+        matcher = grammar.matcher()
+        for _ in range(40):
+            forced = matcher.forced_bytes()
+            assert forced == _brute_forced(base, matcher.state)
+            allowed = allowed_ids(matcher)
+            if forced:
+                assert not allowed & grammar.eos_token_ids  # the constraint cannot end before it
+                for token in allowed:
+                    data = token_bytes(token)
+                    assert data.startswith(forced) or forced.startswith(data), (forced, vocab(token))
+            real = sorted(allowed - grammar.eos_token_ids)
+            if not real:
+                break
+            assert matcher.accept_token(rng.choice(real))
+
+
+def test_what_is_forced(smollm2_tokenizer):
+    def forced(kind, spec, prefix="", **options):
+        matcher = _compile(smollm2_tokenizer, kind, spec, **options).matcher()
+        for token in smollm2_tokenizer.encode(prefix, add_special_tokens=False):
+            assert matcher.accept_token(token)
+        return matcher.forced_bytes()
+    assert forced("regex", "abc(d|e)") == b"abc"
+    assert forced("choice", ["The capital of France is Paris", "The capital of France is Lyon"]) == \
+        b"The capital of France is "
+    assert forced("json", PERSON, '{"na') == b'me"'
+    assert forced("json", {"enum": ["alpha", "alphabet"]}, '"al') == b"pha"  # then '"' or "bet"
+    assert forced("grammar", 'start: "hello" "world"') == b"helloworld"
+    assert forced("grammar", 'start: "hello" NAME\nNAME: /[a-z]+/\n%ignore " "') == b""  # " " or "h"
+    assert forced("regex", "[0-9]+") == b""
+    matcher = _compile(smollm2_tokenizer, "regex", "ab").matcher()
+    for token in smollm2_tokenizer.encode("ab", add_special_tokens=False):
+        assert matcher.accept_token(token)
+    assert matcher.forced_bytes() == b""  # complete: EOS is the model's choice
+    assert matcher.accept_token(next(iter(matcher.grammar.eos_token_ids)))
+    assert matcher.forced_bytes() == b""
+
+
+def test_a_long_forced_text_comes_in_pieces(smollm2_tokenizer):
+    grammar = _compile(smollm2_tokenizer, "regex", "x{600}")
+    assert grammar.matcher().forced_bytes() == b"x" * 256
+    state = grammar.advance_bytes(grammar.initial_state, b"x" * 500)
+    assert grammar.forced_bytes(state) == b"x" * 100
+    assert np.flatnonzero(grammar.readable_bytes(state)).tolist() == [ord("x")]
