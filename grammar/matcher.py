@@ -15,7 +15,7 @@ import torch
 from gdserve.grammar.allowance import unit_of_work
 from gdserve.grammar.bounded_cache import BoundedCache
 from gdserve.grammar.forced import forced_bytes
-from gdserve.grammar.token_index import UNREACHABLE, TokenIndex
+from gdserve.grammar.token_index import UNREACHABLE, TokenIndex, TokenTrie
 from gdserve.kernels.bitmask import bitmask_width, pack_words, set_bits
 
 TERMINATED = -1  # the state after EOS
@@ -76,6 +76,10 @@ class Grammar:
 
     def matcher(self) -> "Matcher":
         return Matcher(self)
+
+    @property
+    def trie(self) -> TokenTrie:
+        return self.index.trie
 
     def is_final(self, state: int) -> bool:
         return bool(self.index.dfa.final[state])

@@ -344,22 +344,27 @@ class TokenTrie:
         if lib is not None:
             count = lib.greedy_token_count(*self._greedy_args, vocab_size, text, len(text))
             return None if count < 0 else count
-        return self._greedy_count(text, vocab_size)
+        tokens = self.greedy_tokens(text, vocab_size)
+        return None if tokens is None else len(tokens)
 
-    def _greedy_count(self, text: bytes, vocab_size: int) -> int | None:
-        """greedy_count without the native library: the same walk down the preorder trie."""
-        i = count = 0
+    def greedy_tokens(self, text: bytes, vocab_size: int) -> list[int] | None:
+        """The greedy tokenization greedy_count counts (the lowest id where tokens share their
+        bytes), walked down the preorder trie in Python."""
+        i, out = 0, []
         while i < len(text):
-            longest, node, j = 0, int(self.first_nodes[text[i]]), 0
+            longest, node, j = None, int(self.first_nodes[text[i]]), 0
             while node >= 0:
-                if (self.tok_ids[self.tok_ptr[node]:self.tok_ptr[node + 1]] < vocab_size).any():
-                    longest = j + 1
+                ids = self.tok_ids[self.tok_ptr[node]:self.tok_ptr[node + 1]]
+                ids = ids[ids < vocab_size]
+                if len(ids):
+                    longest = (j + 1, int(ids.min()))
                 j += 1
                 node = self._child(node, text[i + j]) if i + j < len(text) else -1
-            if not longest:
+            if longest is None:
                 return None
-            i, count = i + longest, count + 1
-        return count
+            i += longest[0]
+            out.append(longest[1])
+        return out
 
     def _child(self, node: int, b: int) -> int:
         child, end = node + 1, int(self.skip[node])

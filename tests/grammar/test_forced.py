@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gdserve.grammar import compile_grammar
+from gdserve.grammar.forced import forced_tokens
 from tests.grammar.walk import allowed_ids
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
@@ -44,7 +45,7 @@ def test_forced_text_on_random_walks(smollm2_tokenizer, kind, spec):
     grammar = _compile(smollm2_tokenizer, kind, spec, open_objects=kind == "json")
     base = getattr(grammar, "base", grammar)
     rng, vocab = random.Random(7), smollm2_tokenizer.convert_ids_to_tokens
-    token_bytes = base.trie.token_bytes if hasattr(base, "trie") else base.index.trie.token_bytes
+    token_bytes = base.trie.token_bytes
     for _ in range(4):
         matcher = grammar.matcher()
         for _ in range(40):
@@ -90,3 +91,57 @@ def test_a_long_forced_text_comes_in_pieces(smollm2_tokenizer):
     state = grammar.advance_bytes(grammar.initial_state, b"x" * 500)
     assert grammar.forced_bytes(state) == b"x" * 100
     assert np.flatnonzero(grammar.readable_bytes(state)).tolist() == [ord("x")]
+
+
+def _encoder(tokenizer):
+    return lambda text: tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("tokenizer_name", ["smollm2_tokenizer", "sp_tokenizer"])
+@pytest.mark.parametrize("kind,spec", CONSTRAINTS, ids=lambda x: str(x)[:24])
+def test_forced_tokens_spell_a_prefix_of_the_forced_text(request, tokenizer_name, kind, spec):
+    """On random walks, with a byte-level BPE and a SentencePiece (byte fallback) vocabulary: the
+    tokens spell the forced text but for its seam, the matcher accepts them in turn, and the
+    call leaves the matcher where it was."""
+    tokenizer = request.getfixturevalue(tokenizer_name)
+    grammar = _compile(tokenizer, kind, spec, open_objects=kind == "json")
+    trie, rng, encode = grammar.trie, random.Random(11), _encoder(tokenizer)
+    for _ in range(3):
+        matcher = grammar.matcher()
+        for _ in range(30):
+            state, forced = matcher.state, matcher.forced_bytes()
+            tokens = forced_tokens(matcher, encode)
+            assert matcher.state == state
+            spelled = b"".join(trie.token_bytes(t) for t in tokens)
+            assert forced.startswith(spelled) and (not forced or tokens or len(forced) < 8)
+            for token in tokens:
+                assert matcher.accept_token(token)
+            real = sorted(allowed_ids(matcher) - grammar.eos_token_ids)
+            if not real:
+                break
+            assert matcher.accept_token(rng.choice(real))
+
+
+def test_the_seam_is_left_to_the_model(smollm2_tokenizer):
+    """The forced text "The capital of France is " ends where the model picks " Paris" or
+    " Lyon", tokens that start with its last byte: that last piece is not forced."""
+    encode = _encoder(smollm2_tokenizer)
+    grammar = _compile(smollm2_tokenizer, "choice", ["The capital of France is Paris", "The capital of France is Lyon"])
+    tokens = forced_tokens(grammar.matcher(), encode)
+    assert b"".join(grammar.trie.token_bytes(t) for t in tokens) == b"The capital of France is"
+    assert tokens == encode("The capital of France is")  # as the tokenizer spells it
+    grammar = _compile(smollm2_tokenizer, "grammar", 'start: "hello" "world"')
+    tokens = forced_tokens(grammar.matcher(), encode)  # the whole output: no seam after it
+    assert b"".join(grammar.trie.token_bytes(t) for t in tokens) == b"helloworld"
+
+
+def test_a_tokenization_that_does_not_spell_the_text_gives_way_to_the_greedy_one(sp_tokenizer):
+    """SentencePiece prepends "▁" to the text it encodes: those tokens spell " The...", not the
+    forced "The...", so the vocabulary's greedy tokenization spells it instead."""
+    encode = _encoder(sp_tokenizer)
+    grammar = _compile(sp_tokenizer, "regex", "The capital of France is (Paris|Lyon)")
+    assert b"".join(grammar.trie.token_bytes(t) for t in encode("The capital")).startswith(b" ")
+    tokens = forced_tokens(grammar.matcher(), encode)
+    greedy = grammar.trie.greedy_tokens(b"The capital of France is ", grammar.vocab_size)
+    assert tokens in (greedy, greedy[:-1])  # less the last where a longer token may cross the seam
+    assert b"".join(grammar.trie.token_bytes(t) for t in tokens).startswith(b"The capital of France is")
