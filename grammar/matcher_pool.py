@@ -15,8 +15,9 @@ trip. The workers run their parts at once; the engine waits for the slowest.
 Each worker bounds its step's new work by the engine's deadline (time.perf_counter is the
 system's monotonic clock, the same in every process), as the engine's own thread does
 (grammar/allowance.py), and goes on with the rows it answered PARKED until the engine's next
-message comes (allowance.Interruptible), so that they are ready at a later ask. A worker that dies fails the sequences placed on it (their states were
-there) and is started again for new ones.
+message comes (allowance.Interruptible), so that they are ready at a later ask. A worker that
+dies fails the sequences placed on it (their states were there) and is started again for new
+ones.
 """
 import io
 import itertools

@@ -137,7 +137,8 @@ async def one_round(url: str, beside: str | None, salt: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of alone / benign / hostile (the median of each is reported)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of alone / benign / hostile (the median of each is reported)")
     parser.add_argument("--output", default="bench-results/hostile_cpu.json")
     args, serve_flags = parser.parse_known_args()
     serve_flags = [f for f in serve_flags if f != "--"]
@@ -155,22 +156,26 @@ def main() -> None:
     finally:
         stop(proc)
     # the median round of each (every round's hostile constraints are new to the server)
-    best = {kind: sorted((r[kind] for r in rounds), key=lambda r: r["ordinary_max_s"])[(len(rounds) - 1) // 2]
-            for kind in rounds[0]}
-    alone = best["alone"]
+    median = {kind: sorted((r[kind] for r in rounds), key=lambda r: r["ordinary_max_s"])[(len(rounds) - 1) // 2]
+              for kind in rounds[0]}
+    alone = median["alone"]
+
+    def ratio(kind: str, key: str) -> float:
+        return round(median[kind][key] / alone[key], 3)
     result = {"date": datetime.date.today().isoformat(), "commit": git_commit(),
-              "machine": platform.processor() or platform.machine(), "command": " ".join([sys.executable, *sys.argv]),
-              "serve_flags": serve_flags, "max_tokens": MAX_TOKENS, **best,
-              "ratio_max": {k: round(best[k]["ordinary_max_s"] / alone["ordinary_max_s"], 3) for k in ("benign", "hostile")},
-              "ratio_mean": {k: round(best[k]["ordinary_mean_s"] / alone["ordinary_mean_s"], 3) for k in ("benign", "hostile")},
+              "machine": platform.processor() or platform.machine(),
+              "command": " ".join([sys.executable, *sys.argv]), "serve_flags": serve_flags,
+              "max_tokens": MAX_TOKENS, **median,
+              "ratio_max": {k: ratio(k, "ordinary_max_s") for k in ("benign", "hostile")},
+              "ratio_mean": {k: ratio(k, "ordinary_mean_s") for k in ("benign", "hostile")},
               "rounds": [{k: r[k]["ordinary_max_s"] for k in r} for r in rounds]}
     print(f"ordinary requests alone: mean {alone['ordinary_mean_s']:.2f} s, slowest {alone['ordinary_max_s']:.2f} s")
     for kind in ("benign", "hostile"):
-        r = best[kind]
-        print(f"beside {len(r['beside'])} {kind} ones: mean {r['ordinary_mean_s']:.2f} s, slowest {r['ordinary_max_s']:.2f} s "
-              f"= {result['ratio_max'][kind]:.2f}x{' (target <= 1.5x)' if kind == 'hostile' else ''}; "
-              f"/health worst {r['health_max_ms']:.0f} ms")
-    for r in best["hostile"]["beside"]:
+        r = median[kind]
+        print(f"beside {len(r['beside'])} {kind} ones: mean {r['ordinary_mean_s']:.2f} s, "
+              f"slowest {r['ordinary_max_s']:.2f} s = {result['ratio_max'][kind]:.2f}x"
+              f"{' (target <= 1.5x)' if kind == 'hostile' else ''}; /health worst {r['health_max_ms']:.0f} ms")
+    for r in median["hostile"]["beside"]:
         print(f"  {r['name']:<20} HTTP {r['status']} in {r['seconds']:6.2f} s, {r['tokens']} tokens: {r['said']}")
     write_result(result, args.output)
 

@@ -190,7 +190,8 @@ def run_engine_runs(llm, items: list[AgentSchema], prompts: list[list[int]], max
 
     def guided_params(offset: int) -> list[SamplingParams]:
         return [SamplingParams(max_tokens=max_tokens, temperature=temperature, output_kind="final_only",
-                               seed=seed + offset + i, structured_outputs=StructuredOutputsParams(json=item.schema))
+                               seed=seed + offset + i,
+                               structured_outputs=StructuredOutputsParams(json=item.schema))
                 for i, item in enumerate(items)]
     guided = guided_params(0)
     print(f"cold guided: {len(items)} requests, each its own schema ...", file=sys.stderr, flush=True)
