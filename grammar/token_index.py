@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from typing import NamedTuple
 from itertools import chain
 

@@ -3,7 +3,6 @@ guided and unguided requests share batches without changing each other's tokens.
 import gc
 import json
 import re
-import time
 from pathlib import Path
 
 import jsonschema
