@@ -245,6 +245,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                             SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True, logprobs=0))
         engine_s = time.perf_counter() - start
+        forward_s = llm.engine.forward_clock.estimate_s  # what a step's mask allowance follows
         attention = "sdpa"
         if kv_cache_dtype != "auto":
             attention = rounded_kv_attention(EngineConfig(kv_cache_dtype=kv_cache_dtype).torch_kv_cache_dtype())
@@ -292,6 +293,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
             "first_token_logprob_abs_err_mean": sum(first_lp_err) / len(first_lp_err),
             **against_fp32,
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
+            "forward_clock_ms": None if forward_s is None else round(1e3 * forward_s, 3),
             "passed": identical >= 0.95 or near_ties or as_close_as_hf(against_fp32, quantization)}
 
 
@@ -363,6 +365,8 @@ def main() -> int:
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "
         f"identical {engine.get('identical_fraction')} divergences {engine.get('divergences', engine.get('error'))}")
+    log(f"forward clock (a step's device time, EMA, what the mask allowance follows): "
+        f"{engine.get('forward_clock_ms')} ms of a step")
     checks = [results.get(k) for k in CHECKS]
     for key, check in zip(CHECKS.values(), checks):
         if check is not None:
