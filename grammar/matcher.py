@@ -55,6 +55,7 @@ class Grammar:
                                       compare=False)  # per state: the farthest next state's distance
     _next_distances: BoundedCache[int, np.ndarray] = field(
         default_factory=_next_distance_cache, init=False, repr=False, compare=False)  # see next_distances
+    _forced: dict[int, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
         fields = ("kind", "index", "initial_state", "vocab_size", "eos_token_ids", "regex",
@@ -63,7 +64,7 @@ class Grammar:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _masks={}, _steps={}, _max_next={},
-                             _next_distances=_next_distance_cache())
+                             _next_distances=_next_distance_cache(), _forced={})
 
     def prepare_budgets(self) -> "Grammar":
         """Compute what the first masks and budget rows read (the states within a token of the
@@ -112,8 +113,11 @@ class Grammar:
         return None if nxt == self.index.dfa.dead else nxt
 
     def forced_bytes(self, state: int) -> bytes:
-        """The bytes every completion of `state` continues with (grammar.forced)."""
-        return forced_bytes(self, state)
+        """The bytes every completion of `state` continues with (grammar.forced), cached per state."""
+        forced = self._forced.get(state)
+        if forced is None:
+            forced = self._forced[state] = forced_bytes(self, state)
+        return forced
 
     def transitions(self, state: int) -> dict[int, int]:
         """{token id: next state} for the real tokens allowed in `state` (tests, tools)."""

@@ -171,9 +171,16 @@ class CfgGrammar:
     def advance_bytes(self, states: CfgStates, data: bytes) -> CfgStates | None:
         return self.advance(states, data)
 
+    @cached_property
+    def _forced(self) -> BoundedCache[CfgStates, bytes]:
+        return BoundedCache(MAX_CACHED_MASKS)
+
     def forced_bytes(self, states: CfgStates) -> bytes:
-        """The bytes every completion of the state continues with (grammar.forced)."""
-        return forced_bytes(self, states)
+        """The bytes every completion of the state continues with (grammar.forced), cached per state."""
+        forced = self._forced.get(states)
+        if forced is None:
+            forced = self._forced.put(states, forced_bytes(self, states))
+        return forced
 
     @cached_property
     def _steps(self) -> BoundedCache[tuple[CfgStates, int], CfgStates | None]:
