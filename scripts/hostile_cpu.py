@@ -69,10 +69,10 @@ def hostile(salt: int = 0) -> list[tuple[str, dict]]:
     ]
 
 
-def benign() -> list[tuple[str, dict]]:
-    """As many unguided requests as HOSTILE, each running to max_tokens: the load of a batch that
-    grew as much, without any matcher work."""
-    return [(f"benign_{i}", {"prompt": f"Count from {i} upwards.", "ignore_eos": True}) for i in range(len(hostile()))]
+def benign(count: int) -> list[tuple[str, dict]]:
+    """`count` unguided requests (as many as the hostile ones), each running to max_tokens: the
+    load of a batch that grew as much, without any matcher work."""
+    return [(f"benign_{i}", {"prompt": f"Count from {i} upwards.", "ignore_eos": True}) for i in range(count)]
 
 
 def ordinary() -> list[tuple[str, dict]]:
@@ -115,20 +115,20 @@ async def poll_health(session, url: str, stop_event: asyncio.Event) -> list[floa
     return latencies
 
 
-async def one_round(url: str, beside: str | None, salt: int = 0) -> dict:
+async def one_round(url: str, beside: list[tuple[str, dict]]) -> dict:
+    """The ordinary requests, and `beside` them the given ones, all at once."""
     import aiohttp
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as session:
         stop_event = asyncio.Event()
         health = asyncio.create_task(poll_health(session, url, stop_event))
-        jobs = [send(session, url, n, f) for n, f in ordinary()]
-        if beside:
-            jobs += [send(session, url, n, f) for n, f in (hostile(salt) if beside == "hostile" else benign())]
+        plain = ordinary()
+        jobs = [send(session, url, n, f) for n, f in plain + beside]
         start_s = time.perf_counter()
         results = await asyncio.gather(*jobs)
         wall = time.perf_counter() - start_s
         stop_event.set()
         health_s = await health
-    plain = results[:len(ordinary())]
+    plain = results[:len(plain)]
     return {"wall_s": round(wall, 3), "ordinary": plain, "beside": results[len(plain):],
             "ordinary_max_s": max(r["seconds"] for r in plain),
             "ordinary_mean_s": round(statistics.mean(r["seconds"] for r in plain), 3),
@@ -149,10 +149,13 @@ def main() -> None:
     log = Path(tempfile.gettempdir()) / f"hostile_cpu_{port}.log"
     proc = start(spec, port, log, threads=0)
     try:
-        asyncio.run(one_round(url, None))  # warm-up: compiles the ordinary schemas, as a server that ran a while has
-        kinds = (None, "benign", "hostile")
-        rounds = [{kind or "alone": asyncio.run(one_round(url, kind, salt)) for kind in kinds}
-                  for salt in range(1, args.rounds + 1)]
+        asyncio.run(one_round(url, []))  # warm-up: compiles the ordinary schemas, as a server that ran a while has
+        rounds = []
+        for salt in range(1, args.rounds + 1):
+            crowd = hostile(salt)
+            rounds.append({"alone": asyncio.run(one_round(url, [])),
+                           "benign": asyncio.run(one_round(url, benign(len(crowd)))),
+                           "hostile": asyncio.run(one_round(url, crowd))})
     finally:
         stop(proc)
     # the median round of each (every round's hostile constraints are new to the server)
