@@ -63,6 +63,10 @@ class EngineConfig:
     grammar_mask_workers: int | None = None
     # Compiled grammars persist here across restarts ("auto": $GDSERVE_CACHE/grammars; None: off)
     grammar_cache_dir: str | None = "auto"
+    # Guided sequences take the text their constraint forces (keys, punctuation, the rest of an
+    # enum value) as tokens appended without a decode step each, prefilled by the next step as a
+    # chunk; a request that asks for logprobs decodes every token
+    enable_forced_tokens: bool = True
     enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
     # Read each step's sampled tokens back during the next step's forward (None: on CUDA only;
     # on CPU the forward runs on the calling thread, so there is nothing to overlap)

@@ -46,6 +46,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grammar-cache-dir", default="auto",
                         help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
                              "'none' turns it off)")
+    parser.add_argument("--enable-forced-tokens", action=argparse.BooleanOptionalAction, default=True,
+                        help="guided sequences take the text their constraint forces without a decode step "
+                             "per token (the next step prefills it as a chunk)")
     parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                         help="read sampled tokens back during the next step's forward (default: on CUDA)")
@@ -74,6 +77,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 grammar_compile_workers=args.grammar_compile_workers,
                 grammar_mask_workers=args.grammar_mask_workers, enforce_eager=args.enforce_eager,
                 grammar_cache_dir=None if args.grammar_cache_dir == "none" else args.grammar_cache_dir,
+                enable_forced_tokens=args.enable_forced_tokens,
                 async_scheduling=args.async_scheduling, enable_lora=args.enable_lora, max_loras=args.max_loras,
                 max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras,
                 tensor_parallel_size=args.tensor_parallel_size)

@@ -10,6 +10,7 @@ class CompletionOutput:
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     cumulative_logprob: float | None = None
     logprobs: list[dict[int, float]] | None = None  # per token: {token_id: logprob}, sampled first
+    num_forced_tokens: int = 0  # of token_ids, those the constraint forced (appended without a decode step)
 
     @property
     def finished(self) -> bool:

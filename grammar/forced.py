@@ -6,12 +6,15 @@ can read: a byte outside it never is), `advance_bytes(state, data)` (None where 
 `accepts_eos(state)`; a superset only makes the text shorter, never wrong, since the one byte
 left is read before it is taken.
 
-forced_tokens turns a matcher's forced text into the tokens to append for it.
+take_forced_tokens turns a matcher's forced text into the tokens to append for it, and moves the
+matcher past them: the decode loop appends them without a decode step each (the next step
+prefills them as a chunk).
 """
 from collections.abc import Callable
 
 import numpy as np
 
+from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.kernels.bitmask import unpack_words
 
 MAX_FORCED_BYTES = 256  # per call: a longer forced text is taken in pieces
@@ -31,53 +34,102 @@ def forced_bytes(grammar, state) -> bytes:
     return bytes(out)
 
 
-def forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None) -> list[int]:
-    """The tokens that spell the matcher's forced text, for appending without a decode step each:
-    the tokenizer's own tokenization of it (`encode`, how the model saw such text in training)
-    where that spells it exactly, else the greedy one over the vocabulary; less the last token
-    where the matcher also allows a longer token starting with its bytes (the model may take a
-    token across the end of the forced text: that seam stays the model's). Each token is one the
-    matcher accepts in turn; the matcher is left where it was. Empty where nothing is forced."""
+class TextEncoder:
+    """A tokenizer's own encoding of text (no special tokens), picklable to mask workers."""
+
+    def __init__(self, backend):
+        self.backend = backend  # a `tokenizers.Tokenizer`
+
+    def __call__(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+
+def text_encoder(tokenizer) -> TextEncoder | None:
+    """The encoder of a fast (Rust-backed) Hugging Face tokenizer; None for others (forced text
+    is then spelled greedily over the vocabulary)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return TextEncoder(backend) if backend is not None else None
+
+
+def take_forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None, context: bytes = b"",
+                       limit: int = MAX_FORCED_BYTES, allowance: Allowance | None = None) -> list[int]:
+    """The tokens that spell the matcher's forced text, at most `limit`, accepted by the matcher
+    (left after them). Spelled as the model saw such text in training: the tokenizer's own
+    tokenization (`encode`) of `context` (the bytes of the tokens just before, the model's
+    choice, never rewritten) followed by the forced text, from the token boundary at the end of
+    `context`; where its tokens cross that boundary, of the forced text alone; where neither
+    spells it exactly, the greedy one over the vocabulary. The end seam stays the model's: the
+    last token is left out where the matcher also allows a longer token starting with its bytes
+    (the model may take a token across the end of the forced text), or where that row is not
+    known before `allowance`'s deadline (a row not built yet is new work). Empty where nothing is
+    forced."""
     data = matcher.forced_bytes()
-    if not data:
+    if not data or limit < 1:
         return []
     grammar = matcher.grammar
     trie, vocab_size = grammar.trie, grammar.vocab_size
-    tokens = _spelled(data, encode, trie, vocab_size)
+    tokens = _spelled(data, context, encode, trie, vocab_size)[:limit]
     accepted = 0
-    try:
-        for token in tokens[:-1]:
-            if not matcher.accept_token(token):
-                return tokens[:accepted]
-            accepted += 1
-        last = tokens[-1]
-        if _extended(matcher.next_token_row(), trie, last, vocab_size) or not matcher.accept_token(last):
+    for token in tokens[:-1]:
+        if not matcher.accept_token(token):
             return tokens[:accepted]
         accepted += 1
-        return tokens
-    finally:
-        matcher.rollback(accepted)
+    last = tokens[-1:]
+    if last and _seam_closed(matcher, trie, last[0], vocab_size, allowance) and matcher.accept_token(last[0]):
+        accepted += 1
+    return tokens[:accepted]
 
 
-def _spelled(data: bytes, encode, trie, vocab_size: int) -> list[int]:
+def forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None, context: bytes = b"") -> list[int]:
+    """take_forced_tokens' tokens, the matcher left where it was."""
+    tokens = take_forced_tokens(matcher, encode, context)
+    matcher.rollback(len(tokens))
+    return tokens
+
+
+
+def _spelled(data: bytes, context: bytes, encode, trie, vocab_size: int) -> list[int]:
     if encode is not None:
-        try:
-            tokens = encode(data.decode("utf-8"))
-        except UnicodeDecodeError:  # the forced text ends inside a character
-            tokens = None
-        if tokens and all(0 <= t < vocab_size for t in tokens) and \
-                b"".join(trie.token_bytes(t) for t in tokens) == data:
-            return tokens
+        for prefix in ((context, b"") if context else (b"",)):
+            tokens = _encoded(prefix + data, encode, trie, vocab_size)
+            if tokens is None:
+                continue
+            end, k = 0, 0
+            while end < len(prefix):
+                end += len(trie.token_bytes(tokens[k]))
+                k += 1
+            if end == len(prefix):
+                return tokens[k:]
     return trie.greedy_tokens(data, vocab_size) or []
 
 
-def _extended(row, trie, token: int, vocab_size: int) -> bool:
-    """Whether `row` (the packed allowed tokens) allows a token whose bytes start with `token`'s
-    and go on: the tokens below its node in the preorder trie."""
+def _encoded(data: bytes, encode, trie, vocab_size: int) -> list[int] | None:
+    """encode's tokens for data where they spell it exactly, else None."""
+    try:
+        tokens = encode(data.decode("utf-8"))
+    except UnicodeDecodeError:  # the text starts or ends inside a character
+        return None
+    if tokens and all(0 <= t < vocab_size for t in tokens) and b"".join(map(trie.token_bytes, tokens)) == data:
+        return tokens
+    return None
+
+
+def _seam_closed(matcher, trie, token: int, vocab_size: int, allowance: Allowance | None) -> bool:
+    """Whether the matcher allows no token whose bytes start with `token`'s and go on (the
+    tokens below its node in the preorder trie), known within the allowance: its row is read
+    only where it is cached or the deadline has not passed."""
     node = int(trie.token_node[token])
     below = trie.tok_ids[trie.tok_ptr[node + 1]:trie.tok_ptr[int(trie.skip[node])]]
     below = below[below < vocab_size]
     if not len(below):
+        return True
+    try:
+        if allowance is None:
+            row = matcher.next_token_row()
+        else:
+            with allowing(Allowance(allowance.deadline, num_done=1)):  # no unit starts past it
+                row = matcher.next_token_row()
+    except MaskPending:
         return False
     allowed = unpack_words(row.numpy().view(np.uint32), vocab_size)
-    return bool(allowed[below].any())
+    return not allowed[below].any()

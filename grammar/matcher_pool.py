@@ -7,7 +7,7 @@ sequences. A grammar stays on one worker while it lives (its caches are that wor
 sequence of it gains from them), placed on the worker with the fewest live matchers.
 
 The engine talks to all of them once per phase of a step: `advance` (each sequence's sampled
-token: accepted?, terminated?) and `fill_rows` (each sequence's next row, packed, sent back as
+token: accepted?, terminated?, and the forced tokens that follow it: grammar/forced.py) and `fill_rows` (each sequence's next row, packed, sent back as
 one blob per worker). Each message carries the operations queued for that worker since its last
 one (load or drop a grammar, open or close a matcher), so that placing a sequence costs no round
 trip. The workers run their parts at once; the engine waits for the slowest.
@@ -37,6 +37,7 @@ import numpy as np
 from gdserve.grammar.allowance import Allowance, Interruptible, MaskPending, allowing
 from gdserve.grammar.compile_worker import (WorkerDied, WorkerProcess, TriePickler, TrieUnpickler, die_with_parent,
                                              load_vocabulary)
+from gdserve.grammar.forced import take_forced_tokens
 from gdserve.grammar.token_index import token_trie
 from gdserve.grammar.vocabulary import TokenVocabulary
 
@@ -52,9 +53,9 @@ def main(fd: int, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     try:
-        vocab, _ = conn.recv()
+        vocab, encode = conn.recv()
         load_vocabulary(vocab, None)  # nice 10, as the compile workers: neither starves the other
-        worker = _Worker(token_trie(vocab.token_bytes, vocab.fingerprint))
+        worker = _Worker(token_trie(vocab.token_bytes, vocab.fingerprint), encode)
         conn.send(os.getpid())
         while True:
             if worker.parked and not conn.poll():
@@ -71,8 +72,9 @@ def main(fd: int, parent_pid: int) -> None:
 
 
 class _Worker:
-    def __init__(self, trie):
+    def __init__(self, trie, encode):
         self.trie = trie
+        self.encode = encode  # the tokenizer's encoding (forced text's spelling), or None
         self.grammars: dict[int, object] = {}  # an Exception where the grammar could not be read
         self.matchers: dict[int, object] = {}
         self.to_prefetch: list[tuple[int, int]] = []  # (handle, budget) advanced, rows not asked yet
@@ -90,8 +92,8 @@ class _Worker:
             elif op == "drop":
                 self.grammars.pop(key, None)
             elif op == "open":
-                grammar = self.grammars.get(rest[0], RuntimeError("the grammar was not loaded"))
-                self.matchers[key] = grammar if isinstance(grammar, Exception) else grammar.matcher()
+                self.matchers[key] = _opened(self.grammars.get(rest[0], RuntimeError("the grammar was not loaded")),
+                                             rest[1])
             elif op == "close":
                 self.matchers.pop(key, None)
                 self.prefetched.pop(key, None)
@@ -101,10 +103,14 @@ class _Worker:
             return len(self.grammars), len(self.matchers)
         allowance = Allowance(deadline)
         if kind == "advance":
-            answers = [_text(advance_matcher(self._matcher(h), t, allowance)) for h, t, _ in work]
-            for h, _, _ in work:  # a row is its state's: these moved on
-                self.prefetched.pop(h, None)
-            self.to_prefetch = [(h, b) for (h, _, b), a in zip(work, answers) if a == ACCEPTED]
+            answers = []
+            for h, t, _, limit in work:
+                answer, forced = advance_matcher(self._matcher(h), t, allowance, limit, self.encode)
+                answers.append((_text(answer), forced))
+                self.prefetched.pop(h, None)  # a row is its state's: these moved on
+            # a forced text's tokens count against the budget the row is asked for next
+            self.to_prefetch = [(h, b - len(forced)) for (h, _, b, _), (a, forced) in zip(work, answers)
+                                if a == ACCEPTED]
             return answers
         with allowing(allowance):
             return self._rows(work, allowance)
@@ -166,22 +172,40 @@ class _Worker:
         return out, np.concatenate(rows).tobytes() if rows else b""
 
 
-def advance_matcher(matcher, token_id: int, allowance: Allowance) -> int | Exception:
-    """Advance a matcher by its sequence's sampled token: ACCEPTED, REFUSED (no change),
-    TERMINATED (accepted, and only EOS can follow; not known within the allowance counts as not:
-    the next row then holds only EOS), or the exception it raised. The accept runs whole (outside
-    the allowance: a matcher's state never stops halfway)."""
+def advance_matcher(matcher, token_id: int, allowance: Allowance, force_limit: int = 0,
+                    encode=None) -> tuple[int | Exception, list[int]]:
+    """Advance a matcher by its sequence's sampled token and, where force_limit > 0, by the
+    tokens of the forced text that follows it (at most force_limit: grammar/forced.py), spelled
+    with `encode` (None: greedily). Returns (ACCEPTED, REFUSED (no change), TERMINATED (accepted,
+    and only EOS can follow; not known within the allowance counts as not: the next row then
+    holds only EOS), or the exception it raised; the forced tokens accepted). The accepts run
+    whole (outside the allowance: a matcher's state never stops halfway)."""
     try:
         if not matcher.accept_token(token_id):
-            return REFUSED
+            return REFUSED, []
+        forced = []
+        if force_limit > 0:
+            trie = matcher.grammar.trie
+            context = trie.token_bytes(token_id) if token_id < trie.size else b""
+            forced = take_forced_tokens(matcher, encode, context, force_limit, allowance)
         allowance.next_row()
         with allowing(allowance):
             try:
-                return TERMINATED if matcher.is_terminated() else ACCEPTED
+                return TERMINATED if matcher.is_terminated() else ACCEPTED, forced
             except MaskPending:
-                return ACCEPTED
+                return ACCEPTED, forced
     except Exception as e:  # noqa: BLE001 (fails that sequence alone)
-        return e
+        return e, []
+
+
+def _opened(grammar, tokens: list[int]):
+    """A new matcher of grammar past `tokens` (the forced text at its start), or the error."""
+    if isinstance(grammar, Exception):
+        return grammar
+    matcher = grammar.matcher()
+    if not all(matcher.accept_token(t) for t in tokens):
+        return RuntimeError(f"the grammar refused the forced tokens {tokens} at its start")
+    return matcher
 
 
 @dataclass
@@ -215,13 +239,14 @@ class RemoteMatcher:
 
 
 class MatcherPool:
-    def __init__(self, vocab: TokenVocabulary, num_workers: int, width: int):
-        """width: int32 words per packed row (the bitmask's)."""
+    def __init__(self, vocab: TokenVocabulary, num_workers: int, width: int, encode=None):
+        """width: int32 words per packed row (the bitmask's). encode: the tokenizer's encoding
+        (picklable: grammar/forced.py's TextEncoder), which spells forced text in the workers."""
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.num_workers = num_workers
         self.width = width
-        self._vocab_message = pickle.dumps((vocab, None), protocol=pickle.HIGHEST_PROTOCOL)
+        self._vocab_message = pickle.dumps((vocab, encode), protocol=pickle.HIGHEST_PROTOCOL)
         self._workers: list[WorkerProcess | None] = [None] * num_workers
         self._starting: list[threading.Thread | None] = [None] * num_workers
         self._generation = [0] * num_workers
@@ -243,9 +268,9 @@ class MatcherPool:
             if self._workers[w] is None and self._starting[w] is None:
                 self._spawn(w)
 
-    def matcher(self, grammar, payload: bytes | None = None) -> RemoteMatcher:
+    def matcher(self, grammar, payload: bytes | None = None, tokens: list[int] = ()) -> RemoteMatcher:
         """A new matcher of `grammar` on the worker that holds it (placed there now if none, from
-        `payload` where given: the grammar pickled as the compile workers send it)."""
+        `payload` where given: the grammar pickled as the compile workers send it), past `tokens`."""
         self._take_released()
         placed = self._placed.get(id(grammar))
         if placed is None or placed[1] != self._generation[placed[0]]:
@@ -263,15 +288,17 @@ class MatcherPool:
             weakref.finalize(grammar, self._forget, id(grammar), placed)
         w, generation, key = placed
         handle = next(self._ids)
-        self._ops[w].append(("open", handle, key))
+        self._ops[w].append(("open", handle, key, list(tokens)))
         self._load[w] += 1
         return RemoteMatcher(self, w, generation, handle)
 
-    def advance(self, items: list[tuple[RemoteMatcher, int, int]], deadline: float) -> list[int | str]:
-        """Per (matcher, sampled token, budget): ACCEPTED, REFUSED (the grammar refuses it: no
-        change), TERMINATED (accepted, and only EOS can follow), or an error's text. An ACCEPTED
-        matcher's worker goes on to its row for that budget (fill_rows' next ask)."""
-        return [answer for answer, _ in self._call("advance", items, deadline)]
+    def advance(self, items: list[tuple[RemoteMatcher, int, int, int]], deadline: float
+                ) -> list[tuple[int | str, list[int]]]:
+        """Per (matcher, sampled token, budget, force limit): (ACCEPTED, REFUSED (the grammar
+        refuses it: no change), TERMINATED (accepted, and only EOS can follow), or an error's
+        text; the forced tokens accepted after it: advance_matcher). An ACCEPTED matcher's worker
+        goes on to its row for that budget less its forced tokens (fill_rows' next ask)."""
+        return [(answer, forced or []) for answer, forced in self._call("advance", items, deadline)]
 
     def fill_rows(self, items: list[tuple[RemoteMatcher, int]], deadline: float, out: np.ndarray) -> list[int | str]:
         """Per (matcher, budget): READY, PARKED (not ready within the deadline) or an error's
@@ -326,7 +353,7 @@ class MatcherPool:
                 continue
             if kind == "advance":
                 for k, answer in zip(ks, reply):
-                    out[k] = (answer, None)
+                    out[k] = answer
                 continue
             answers, blob = reply
             rows = iter(np.frombuffer(blob, dtype=np.uint32).reshape(-1, self.width))

@@ -8,7 +8,9 @@ tokens without the masks); each schema's compile latency alone, from a compile s
 empty cache, submit to first mask; which schemas were refused and why; how many outputs parse and
 validate, how many max_tokens cut and of those how many inside a JSON string; and, for each run,
 the share of a step's time spent on the host on guided rows (accepting tokens, termination
-checks, filling masks), mean and p99 over its steps, so that the next bottleneck shows.
+checks, filling masks), mean and p99 over its steps, so that the next bottleneck shows; and the
+forward steps each run took and the share of its output tokens that were forced (taken from the
+constraint's forced text without a step each: enable_forced_tokens).
 
 Before the clock the engine runs one unguided request and one `choice` request (none of the
 schemas): that starts the compile workers and compiles the mask kernel, one-off costs of a
@@ -28,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gdserve.bench.offline import warm_llm
-from gdserve.bench.results import percentiles, rate, run_header, write_result
+from gdserve.bench.offline import run_rate, warm_llm
+from gdserve.bench.results import percentiles, run_header, write_result
 from gdserve.config import EngineConfig
 from gdserve.engine.progress import GenerationProgress
 from gdserve.grammar import GrammarError, allocate_token_bitmask
@@ -117,6 +119,7 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     grammars = grammars or [None] * len(prompts)
     engine.kv_cache.reset_prefix_cache()  # each run prefills its prompts
     engine.guided.step_times.clear()
+    steps_before = engine.num_forward_steps
     start = time.perf_counter()
     finished: dict[str, RequestOutput] = {}
     ids = [_add_request(engine, p, sp, g, finished) for p, sp, g in zip(prompts, params, grammars)]
@@ -134,8 +137,7 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     progress.close()
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
-    result = rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
-    return {**result, "mask_share": mask_share(engine.guided.step_times)}, outputs
+    return {**run_rate(engine, outputs, seconds, steps_before), "mask_share": mask_share(engine.guided.step_times)}, outputs
 
 
 def mask_share(step_times) -> dict:
@@ -365,7 +367,7 @@ def format_table(r: dict) -> str:
     lines = [f"agents: {s['requested']} requests, each its own schema: {s['accepted']} accepted, "
              f"{s['refused']} refused; max_tokens {r['max_tokens']}, temperature {r['temperature']}",
              f"{'':>10} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'vs unguided':>12} {'target':>8}"
-             f" {'on masks, mean / p99 of a step':>31} {'us per row':>10} {'parked':>7}"]
+             f" {'on masks, mean / p99 of a step':>31} {'us per row':>10} {'parked':>7} {'steps':>6} {'forced':>7}"]
     for name, ratio, target in (("unguided", None, None), ("cold", ratios["cold_vs_unguided"], "cold_vs_unguided"),
                                 ("warm", ratios["warm_vs_unguided"], "warm_vs_unguided")):
         run = r[name]
@@ -373,9 +375,10 @@ def format_table(r: dict) -> str:
         masks = f"{share['mean']:.1%} / {share['p99']:.1%}" if share.get("mean") is not None else "-"
         row_us = f"{share['row_us']:.1f}" if share.get("row_us") is not None else "-"
         parked = f"{share['parked']:.2%}" if share.get("parked") is not None else "-"
+        forced = f"{run['forced_share']:.1%}" if run.get("forced_share") is not None else "-"
         lines.append(f"{name:>10} {run['output_tokens']:>8} {run['seconds']:>8.1f} {run['tokens_per_s']:>9.1f} "
                      f"{_x(ratio):>12} {_x(TARGETS[target], '>= ') if target else '':>8} {masks:>31} {row_us:>10}"
-                     f" {parked:>7}")
+                     f" {parked:>7} {run.get('forward_steps', '-'):>6} {forced:>7}")
     lines.append(f"compile, one schema at a time, submit to first mask (ms): p50 {_ms(c['p50'])} "
                  f"(target <= {TARGETS['compile_p50_ms']:g}), p90 {_ms(c['p90'])}, p99 {_ms(c['p99'])} "
                  f"(target <= {TARGETS['compile_p99_ms']:g}), max {_ms(c['max'])}; {c['refused']} refused")

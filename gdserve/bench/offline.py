@@ -16,10 +16,20 @@ def greedy_inputs(requests: list[dict]) -> tuple[list[dict], list]:
 
 
 def timed_generate(llm, prompts: list[dict], params: list, lora_request: list | None = None) -> tuple[dict, list]:
+    steps_before = llm.engine.num_forward_steps
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, lora_request=lora_request)
     seconds = time.perf_counter() - start
-    return rate(sum(len(o.outputs[0].token_ids) for o in outputs), seconds), outputs
+    return run_rate(llm.engine, outputs, seconds, steps_before), outputs
+
+
+def run_rate(engine, outputs: list, seconds: float, steps_before: int) -> dict:
+    """Output tokens per second of a run, the forward steps it took (the engine's count less
+    steps_before) and the share of its output tokens that were forced (no step each)."""
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    forced = sum(o.outputs[0].num_forced_tokens for o in outputs)
+    return {**rate(tokens, seconds), "forward_steps": engine.num_forward_steps - steps_before,
+            "forced_share": round(forced / tokens, 4) if tokens else None}
 
 
 def warm_llm(model: str, engine_args: dict, prompts: list[dict], lora_requests: list | None = None):

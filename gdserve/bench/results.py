@@ -55,5 +55,7 @@ def write_result(result: dict, output: str | None) -> None:
 
 
 def print_rate(name: str, r: dict) -> None:
+    steps = f" ({r['forward_steps']} forward steps, {r['forced_share']:.1%} of the tokens forced)" \
+        if r.get("forced_share") is not None else ""
     print(f"{name:>8}: {r['output_tokens']} output tokens in {r['seconds']:.1f} s = "
-          f"{r['tokens_per_s']:.1f} tokens/s")
+          f"{r['tokens_per_s']:.1f} tokens/s{steps}")

@@ -22,6 +22,7 @@ from gdserve.engine.request import Sequence
 from gdserve.grammar import Grammar, allocate_token_bitmask
 from gdserve.grammar.allowance import Allowance, MaskPending, allowing
 from gdserve.grammar.completion_size import min_completion_tokens, shortest_completion_bytes
+from gdserve.grammar.forced import take_forced_tokens, text_encoder
 from gdserve.grammar.matcher import stack_rows
 from gdserve.grammar.matcher_pool import PARKED, READY, MatcherPool, RemoteMatcher, Unplaceable, advance_matcher
 from gdserve.grammar.service import CompileService, CompilerUnavailableError
@@ -89,10 +90,14 @@ def check_fits(grammar: Grammar, max_tokens: int) -> None:
 
 class GuidedDecoder:
     def __init__(self, tokenizer, eos_token_ids: set[int], vocab_size: int, compile_timeout_s: float,
-                 compile_workers: int, cache_dir: Path | None = None, mask_workers: int = 0):
+                 compile_workers: int, cache_dir: Path | None = None, mask_workers: int = 0,
+                 forced_tokens: bool = False):
         """mask_workers: processes holding the matchers (grammar/matcher_pool.py), so that a step's
-        rows are computed on that many cores at once; 0: on the engine's thread."""
+        rows are computed on that many cores at once; 0: on the engine's thread. forced_tokens:
+        advance also takes the forced text after each sampled token (see advance)."""
         self.tokenizer = tokenizer
+        self.forced_tokens = forced_tokens
+        self.encode = text_encoder(tokenizer)
         self.eos_token_ids = eos_token_ids
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
@@ -130,7 +135,8 @@ class GuidedDecoder:
     @property
     def pool(self) -> MatcherPool:
         if self._pool is None:
-            self._pool = MatcherPool(self.service.vocab, self.mask_workers, bitmask_width(self.vocab_size))
+            self._pool = MatcherPool(self.service.vocab, self.mask_workers, bitmask_width(self.vocab_size),
+                                     self.encode)
         return self._pool
 
     def start_workers(self) -> None:
@@ -149,15 +155,19 @@ class GuidedDecoder:
     def submit(self, guided: StructuredOutputsParams) -> Future[Grammar]:
         return self.service.submit(guided.kind, guided.spec, **guided.compile_options())
 
-    def new_matcher(self, grammar: Grammar) -> object:
+    def new_matcher(self, grammar: Grammar, seq: Sequence) -> tuple[object, list[int]]:
         """A sequence's matcher: in a mask worker where there are any, else (or where the grammar
-        cannot travel there: a custom one that does not pickle) here."""
+        cannot travel there: a custom one that does not pickle) here; and the forced tokens at
+        its start, which it is past (none unless forced_tokens is on: see advance). Its start's
+        forced text is read here, within the last step's allowance for new work."""
+        local = grammar.matcher()
+        forced = take_forced_tokens(local, self.encode, b"", self._force_limit(seq), self._allowance)
         if self.mask_workers:
             try:
-                return self.pool.matcher(grammar, self.service.take_payload(grammar))
+                return self.pool.matcher(grammar, self.service.take_payload(grammar), forced), forced
             except Unplaceable:
                 pass
-        return grammar.matcher()
+        return local, forced
 
     def begin_step(self, forward_s: float | None = None) -> None:
         """Start the step's allowance for new mask work (advance and apply_bitmask): the
@@ -170,23 +180,35 @@ class GuidedDecoder:
             self.step_times.append((step_s, self._step_mask_s, self._step_rows, self._step_parked))
         self._step_mask_s, self._step_rows, self._step_parked = 0.0, 0, 0
 
-    def advance(self, sampled: list[tuple[Sequence, int]]) -> list[int | Exception]:
-        """Advance each guided sequence's matcher by its sampled token: per sequence ACCEPTED,
+    def advance(self, sampled: list[tuple[Sequence, int]]) -> list[tuple[int | Exception, list[int]]]:
+        """Advance each guided sequence's matcher by its sampled token: per sequence (ACCEPTED,
         REFUSED (the grammar refuses the token), TERMINATED (accepted, and only EOS can follow;
         not known within the step's allowance counts as not: the next row then holds only EOS),
-        or the exception its matcher raised."""
+        or the exception its matcher raised; the forced tokens). With forced_tokens on, a
+        sequence that does not ask for logprobs also takes the tokens of the forced text after its
+        token (grammar/forced.py), at most what max_tokens leaves: its matcher is past them, and
+        the verdict is the one after them."""
         start = time.perf_counter()
-        answers: list[int | Exception | None] = [None] * len(sampled)
+        answers: list[tuple | None] = [None] * len(sampled)
         remote = [k for k, (seq, _) in enumerate(sampled) if isinstance(seq.matcher, RemoteMatcher)]
         if remote:
-            items = [(sampled[k][0].matcher, sampled[k][1], _budget(sampled[k][0])) for k in remote]
-            for k, answer in zip(remote, self.pool.advance(items, self._allowance.deadline)):
-                answers[k] = answer if isinstance(answer, int) else RuntimeError(answer)
+            items = [(seq.matcher, token_id, _budget(seq), self._force_limit(seq))
+                     for seq, token_id in (sampled[k] for k in remote)]
+            for k, (answer, forced) in zip(remote, self.pool.advance(items, self._allowance.deadline)):
+                answers[k] = (answer if isinstance(answer, int) else RuntimeError(answer), forced)
         for k, (seq, token_id) in enumerate(sampled):
             if answers[k] is None:
-                answers[k] = advance_matcher(seq.matcher, token_id, self._allowance)
+                answers[k] = advance_matcher(seq.matcher, token_id, self._allowance, self._force_limit(seq),
+                                             self.encode)
         self._step_mask_s += time.perf_counter() - start
         return answers
+
+    def _force_limit(self, seq: Sequence) -> int:
+        """Forced tokens the sequence may take after its sampled one: none where it asks for
+        logprobs (its every token then comes from a decode step, with the model's logprob)."""
+        if not self.forced_tokens or seq.params.sampled_logprobs is not None:
+            return 0
+        return seq.max_tokens - seq.num_output_tokens
 
     def apply_bitmask(self, logits: torch.Tensor, seqs: list[Sequence],
                       guard: Callable[[Sequence], AbstractContextManager]) -> list[Sequence]:

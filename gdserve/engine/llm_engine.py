@@ -32,7 +32,7 @@ from gdserve.engine.sampler import HostSamplerOutput, Sampler, SamplingBatch
 from gdserve.engine.scheduler import ScheduledBatch, Scheduler
 from gdserve.engine.worker import load_shard
 from gdserve.grammar import Grammar
-from gdserve.grammar.matcher_pool import REFUSED, TERMINATED
+from gdserve.grammar.matcher_pool import ACCEPTED, REFUSED, TERMINATED
 from gdserve.lora.adapter import LoRALoadError
 from gdserve.lora.layers import LoRAContext, wrap_lora_layers
 from gdserve.lora.manager import LoRAManager
@@ -111,7 +111,8 @@ class LLMEngine:
         self.eos_token_ids = load_eos_token_ids(path, self.tokenizer)
         self.guided = GuidedDecoder(self.tokenizer, self.eos_token_ids, self.model_config.vocab_size,
                                     config.grammar_compile_timeout_s, config.grammar_compile_workers,
-                                    config.grammar_cache_path(), config.grammar_mask_workers)
+                                    config.grammar_cache_path(), config.grammar_mask_workers,
+                                    config.enable_forced_tokens)
         self.guided.start_workers()  # while the KV cache is sized and CUDA graphs are captured
         self.forward_clock = ForwardClock.of(self.device)
         self._cpu_threads = torch.get_num_threads() if self._shares_cores() else None
@@ -136,11 +137,12 @@ class LLMEngine:
         self.async_scheduling = (config.async_scheduling if config.async_scheduling is not None
                                  else self.device.type == "cuda")
         self._pending: PendingSample | None = None
+        self.num_forward_steps = 0  # steps that ran the model (the benches count them)
         self.requests: dict[str, list[Sequence]] = {}
         self.prompts: dict[str, str | None] = {}
         self.errors: dict[str, str] = {}
         self.compiling: dict[str, Future[Grammar]] = {}  # guided requests waiting for their grammar
-        self._failed: list[str] = []  # requests failed since the last step returned
+        self._unreported: list[str] = []  # requests failed (or finished at admission) since the last step returned
         self._ids = itertools.count()
 
     # ---- admission -------------------------------------------------------------------------
@@ -172,10 +174,20 @@ class LLMEngine:
         return request_id
 
     def _schedule(self, request_id: str, grammar: Grammar | None) -> None:
+        """Queue the request's sequences, each past the forced text at its constraint's start
+        (a sequence that this finishes, by a stop string or max_tokens, is reported by the next
+        step)."""
         with self._guard(request_id, "creating its grammar matcher"):
             for seq in self.requests[request_id]:
-                seq.matcher = self.guided.new_matcher(grammar) if grammar is not None else None
-                self.scheduler.add(seq)
+                if grammar is None:
+                    self.scheduler.add(seq)
+                    continue
+                seq.matcher, forced = self.guided.new_matcher(grammar, seq)
+                self._append_forced(seq, forced, ACCEPTED)
+                if seq.is_finished:
+                    self._unreported.append(request_id)
+                else:
+                    self.scheduler.add(seq)
 
     def _admit_compiled(self) -> None:
         """Schedule the requests whose grammar is ready; fail those whose compile failed."""
@@ -276,7 +288,7 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return (self.scheduler.has_unfinished() or bool(self.compiling) or self._pending is not None
-                or bool(self._failed))
+                or bool(self._unreported))
 
     def close(self) -> None:
         """Stop the compile workers and the tensor-parallel ranks. Idempotent."""
@@ -347,7 +359,7 @@ class LLMEngine:
             if isinstance(e, EngineDeadError):
                 raise
         self.guided.end_step(time.perf_counter() - start)
-        return outputs + self._take_failed()
+        return outputs + self._take_unreported()
 
     def _shares_cores(self) -> bool:
         """Whether the forward's threads share the machine's cores with the compile workers: a
@@ -372,13 +384,14 @@ class LLMEngine:
             self.runner.swap_in(batch.blocks_to_swap_in)
         if batch.is_empty:
             outputs += self._take_pending()
-            if self.compiling and not self._failed and not outputs:  # nothing to run until a grammar is ready
+            if self.compiling and not self._unreported and not outputs:  # nothing to run until a grammar is ready
                 wait(self.compiling.values(), timeout=0.05, return_when=FIRST_COMPLETED)
             return
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == seq.num_tokens]
         pending_token_ids = self._pending.token_ids if self._pending is not None else None
         self._leave_cores_to_compiles()
+        self.num_forward_steps += 1
         self.forward_clock.start()
         logits = self.runner.execute(batch.seqs, batch.num_new_tokens, sample_rows, pending_token_ids, lora_slots)
         self.forward_clock.stop()
@@ -389,24 +402,26 @@ class LLMEngine:
             if not seq.is_finished:
                 self.kv_cache.cache_full_blocks(seq)
         sampled = [batch.seqs[i] for i in sample_rows]
+        forced = [seq for seq in sampled if seq.num_computed_tokens < seq.num_tokens]
+        if forced:  # forced text taken in since the batch was scheduled: the next step prefills it
+            sampled, logits = self._leave_out(forced, sampled, logits)
         if sampled:
             parked = self.guided.apply_bitmask(
                 logits, sampled, lambda seq: self._guard(seq.request_id, "computing its grammar mask"))
             if parked:
-                sampled, logits = self._park(parked, sampled, logits)
+                for seq in parked:  # recomputes its last position (same token, same KV slot) when next scheduled
+                    seq.num_computed_tokens -= 1
+                sampled, logits = self._leave_out(parked, sampled, logits)
         if sampled:
             self._pending = self._sample(sampled, logits)
             if not self.async_scheduling:
                 outputs += self._take_pending()
 
     @staticmethod
-    def _park(parked: list[Sequence], sampled: list[Sequence], logits: torch.Tensor
-              ) -> tuple[list[Sequence], torch.Tensor]:
-        """Leave out of this step's sample the sequences whose grammar row is not ready: each
-        recomputes its last position (same token, same KV slot) when next scheduled."""
-        for seq in parked:
-            seq.num_computed_tokens -= 1
-        skip = set(parked)
+    def _leave_out(skip: list[Sequence], sampled: list[Sequence], logits: torch.Tensor
+                   ) -> tuple[list[Sequence], torch.Tensor]:
+        """The sampled sequences and their logits rows, less those in skip."""
+        skip = set(skip)
         keep = [i for i, seq in enumerate(sampled) if seq not in skip]
         return [sampled[i] for i in keep], logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]
 
@@ -439,14 +454,30 @@ class LLMEngine:
                     seq.token_ids.pop()
                 continue
             seq.token_ids[-1] = token_id
+            verdict, forced = verdicts.get(seq, (None, None))
             try:  # as _guard, without a context manager's cost per token
                 if logprobs is not None:
                     self._record_logprobs(seq, token_id, logprobs[row], top, row)
-                self._check_finished(seq, token_id, verdicts.get(seq))
+                if forced:
+                    self._check_finished(seq, token_id, ACCEPTED)
+                    self._append_forced(seq, forced, verdict)
+                else:
+                    self._check_finished(seq, token_id, verdict)
             except Exception:
                 self._request_failed(seq.request_id, "processing its sampled token")
             taken.append(seq)
         return self._collect_outputs(taken)
+
+    def _append_forced(self, seq: Sequence, forced: list[int], verdict: int) -> None:
+        """Append the forced tokens that follow seq's sampled one (its matcher is past them;
+        verdict: the matcher's after them), each checked as a sampled token is (stop strings,
+        max_tokens), until one finishes it. The next step prefills them as a chunk."""
+        for k, token_id in enumerate(forced):
+            if seq.is_finished:
+                return
+            seq.token_ids.append(token_id)
+            seq.num_forced_tokens += 1
+            self._check_finished(seq, token_id, verdict if k == len(forced) - 1 else ACCEPTED)
 
     def _min_tokens_stop_ids(self, seq: Sequence) -> set[int]:
         # A guided sequence ends when its grammar says so: blocking EOS could leave no token.
@@ -530,12 +561,13 @@ class LLMEngine:
                 seq.text += seq.detokenizer.flush()
             seq.finish_reason = "error"
             self.scheduler.finish(seq)
-        self._failed.append(request_id)
+        self._unreported.append(request_id)
 
-    def _take_failed(self) -> list[RequestOutput]:
-        """Outputs of the requests failed since the last step that no other output reported."""
-        failed, self._failed = self._failed, []
-        return [self._pop_output(r) for r in dict.fromkeys(failed) if r in self.requests]
+    def _take_unreported(self) -> list[RequestOutput]:
+        """Outputs of the requests failed (or finished at admission) since the last step that no
+        other output reported."""
+        unreported, self._unreported = self._unreported, []
+        return [self._pop_output(r) for r in dict.fromkeys(unreported) if r in self.requests]
 
     def _collect_outputs(self, seqs: list[Sequence]) -> list[RequestOutput]:
         """Outputs of the requests these sequences belong to; a final_only request's only once
@@ -573,7 +605,8 @@ class LLMEngine:
             index=i, text=s.text, token_ids=s.output_token_ids, finish_reason=s.finish_reason,
             stop_reason=s.stop_reason,
             cumulative_logprob=s.cumulative_logprob if params.sampled_logprobs is not None else None,
-            logprobs=s.logprobs if params.logprobs is not None else None) for i, s in enumerate(returned)]
+            logprobs=s.logprobs if params.logprobs is not None else None,
+            num_forced_tokens=s.num_forced_tokens) for i, s in enumerate(returned)]
         return RequestOutput(request_id, self.prompts[request_id], first.token_ids[:first.num_prompt_tokens],
                              completions, finished=all(s.is_finished for s in seqs),
                              num_cached_tokens=first.num_cached_tokens, error=self.errors.get(request_id),

@@ -47,6 +47,7 @@ class Sequence:
     num_registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     num_cached_tokens: int = 0    # prompt tokens served by the prefix cache at admission
     num_preemptions: int = 0
+    num_forced_tokens: int = 0    # output tokens taken from the constraint's forced text, not sampled
     pending_row: int = -1         # row of its in-flight token (the PLACEHOLDER) in the last sampled batch
     text: str = ""                # detokenized output released so far (stop strings cut)
     logprobs: list[dict[int, float]] = field(default_factory=list)

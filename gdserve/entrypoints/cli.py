@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     from gdserve.bench.serve import add_serve_bench_parser; add_serve_bench_parser(bench)  # noqa: E702
     from gdserve.bench.lark_grammars import add_lark_bench_parser; add_lark_bench_parser(bench)  # noqa: E702
     from gdserve.bench.latency import add_latency_parser; add_latency_parser(bench)  # noqa: E702
+    from gdserve.bench.forced_text import add_forced_text_parser; add_forced_text_parser(bench)  # noqa: E702
 
     args = parser.parse_args(argv)
     try:

@@ -131,9 +131,7 @@ def test_a_request_that_raises_fails_alone(llm, grammar, fault, monkeypatch):
                "guided": Request([12, 13, 14], SamplingParams(max_tokens=16, temperature=0.0), grammar)}
     alone = {name: run(llm.engine, {name: r})[name] for name, r in healthy.items()}
     outs = run(llm.engine, {**healthy, "faulty": faulty_request(fault, grammar, monkeypatch)})
-    # In a mask worker a matcher that failed to open fails at its first row.
-    pooled = llm.engine.config.grammar_mask_workers and fault == "matcher"
-    assert_failed(outs["faulty"], STAGES["next_token_row"] if pooled else STAGES[fault])
+    assert_failed(outs["faulty"], STAGES[fault])  # a matcher opens here first (its start's forced text), pooled or not
     for name in healthy:
         assert outs[name].error is None
         assert outs[name].outputs[0].token_ids == alone[name].outputs[0].token_ids

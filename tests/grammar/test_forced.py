@@ -2,12 +2,14 @@
 every constraint kind. Checked against a brute force that tries all 256 bytes at each step, and
 on random walks: the allowed tokens agree with it and EOS waits for it."""
 import random
+import time
 
 import numpy as np
 import pytest
 
 from gdserve.grammar import compile_grammar
-from gdserve.grammar.forced import forced_tokens
+from gdserve.grammar.allowance import Allowance
+from gdserve.grammar.forced import forced_tokens, take_forced_tokens, text_encoder
 from tests.grammar.walk import allowed_ids
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
@@ -145,3 +147,43 @@ def test_a_tokenization_that_does_not_spell_the_text_gives_way_to_the_greedy_one
     greedy = grammar.trie.greedy_tokens(b"The capital of France is ", grammar.vocab_size)
     assert tokens in (greedy, greedy[:-1])  # less the last where a longer token may cross the seam
     assert b"".join(grammar.trie.token_bytes(t) for t in tokens).startswith(b"The capital of France is")
+
+
+def test_forced_text_is_spelled_in_the_context_of_the_models_token(smollm2_tokenizer):
+    """After the model's "a", the forced `, "age": ` is spelled as the tokenizer spells the two
+    together, from the boundary after "a". After the model's "{", the tokenizer would merge
+    `{"`: the model's token stays, and the forced text is spelled alone."""
+    encode = text_encoder(smollm2_tokenizer)
+    grammar = _compile(smollm2_tokenizer, "regex", r'(a|bb), "age": [0-9]+')
+    matcher = grammar.matcher()
+    assert matcher.accept_token(encode("a")[0])
+    assert forced_tokens(matcher, encode, b"a") == encode('a, "age": ')[1:]
+    grammar = _compile(smollm2_tokenizer, "regex", r'\{"name": "[a-z]+"\}')
+    matcher = grammar.matcher()
+    assert matcher.accept_token(encode("{")[0])
+    assert encode('{"name"')[0] != encode("{")[0]  # `{"` is one token
+    assert forced_tokens(matcher, encode, b"{") == forced_tokens(matcher, encode, b"") == encode('"name": "')
+
+
+def test_taken_tokens_move_the_matcher_within_the_limit(smollm2_tokenizer):
+    encode = text_encoder(smollm2_tokenizer)
+    grammar = _compile(smollm2_tokenizer, "regex", "The answer to the question is (yes|no)")
+    matcher = grammar.matcher()
+    tokens = forced_tokens(matcher, encode)
+    assert len(tokens) > 3
+    assert take_forced_tokens(matcher, encode, limit=2) == tokens[:2]
+    assert matcher.forced_bytes() == b"The answer to the question is "[len(b"".join(
+        grammar.trie.token_bytes(t) for t in tokens[:2])):]
+    assert take_forced_tokens(matcher, encode) == tokens[2:]
+    assert take_forced_tokens(matcher, encode) == []  # the rest is the model's
+
+
+def test_a_seam_row_not_known_in_time_leaves_the_last_token_to_the_model(smollm2_tokenizer):
+    """Whether a longer token could cross the end needs the row before the last token: past the
+    allowance's deadline, a row not built yet is not built, and the last token is not forced."""
+    encode = text_encoder(smollm2_tokenizer)
+    spec = "hello world"
+    expected = forced_tokens(_compile(smollm2_tokenizer, "regex", spec).matcher(), encode)
+    late = take_forced_tokens(_compile(smollm2_tokenizer, "regex", spec).matcher(), encode,
+                              allowance=Allowance(time.perf_counter() - 1))
+    assert expected == encode(spec) and late == expected[:-1]

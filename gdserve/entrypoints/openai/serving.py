@@ -179,8 +179,10 @@ async def collect(streams: list[RequestStream]) -> list[RequestOutput]:
 def usage(outputs: list[RequestOutput]) -> dict:
     prompt = sum(o.num_prompt_tokens for o in outputs)
     completion = sum(o.num_generated_tokens for o in outputs)
+    forced = sum(c.num_forced_tokens for o in outputs for c in o.outputs)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outputs)}}
+            "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outputs)},
+            "completion_tokens_details": {"forced_tokens": forced}}
 
 
 async def merge(streams: list[AsyncIterator]) -> AsyncIterator[tuple[int, object]]:
