@@ -101,6 +101,23 @@ def test_stream_joins_to_non_streamed_text(smollm2_server):
     assert streamed == full and full
 
 
+def test_forced_text_is_reported_in_usage_and_streams_as_the_rest(smollm2_server):
+    """A compact JSON object of required keys: its keys and punctuation are forced; usage says
+    how many tokens were, and the stream joins to the non-streamed text."""
+    client = smollm2_server.client()
+    schema = INLINE["sentiment"]
+    kw = dict(model="smollm2", messages=[{"role": "user", "content": "I love it. Sentiment as JSON."}],
+              max_tokens=48, temperature=0.0,
+              extra_body={"structured_outputs": {"json": schema, "disable_any_whitespace": True}})
+    reply = client.chat.completions.create(**kw)
+    _validate(reply.choices[0].message.content, schema)
+    assert reply.usage.completion_tokens_details.forced_tokens >= 3
+    assert reply.usage.completion_tokens_details.forced_tokens < reply.usage.completion_tokens
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == reply.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens_details.forced_tokens == reply.usage.completion_tokens_details.forced_tokens
+
+
 def test_disconnect_mid_stream_frees_blocks(smollm2_server):
     s = smollm2_server
     stream = s.client().completions.create(model="smollm2", prompt="Count: 1, 2, 3,", max_tokens=1500,
