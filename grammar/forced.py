@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gdserve.grammar.allowance import Allowance, MaskPending, allowing
-from gdserve.kernels.bitmask import unpack_words
 
 MAX_FORCED_BYTES = 256  # per call: a longer forced text is taken in pieces
+MAX_SEAM_CHECKS = 64    # longer tokens walked at the end of a forced text; past them it stays open
 
 
 def forced_bytes(grammar, state) -> bytes:
@@ -52,7 +51,7 @@ def text_encoder(tokenizer) -> TextEncoder | None:
 
 
 def take_forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None, context: bytes = b"",
-                       limit: int = MAX_FORCED_BYTES, allowance: Allowance | None = None) -> list[int]:
+                       limit: int = MAX_FORCED_BYTES) -> list[int]:
     """The tokens that spell the matcher's forced text, at most `limit`, accepted by the matcher
     (left after them). Spelled as the model saw such text in training: the tokenizer's own
     tokenization (`encode`) of `context` (the bytes of the tokens just before, the model's
@@ -60,8 +59,7 @@ def take_forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None
     `context`; where its tokens cross that boundary, of the forced text alone; where neither
     spells it exactly, the greedy one over the vocabulary. The end seam stays the model's: the
     last token is left out where the matcher also allows a longer token starting with its bytes
-    (the model may take a token across the end of the forced text), or where that row is not
-    known before `allowance`'s deadline (a row not built yet is new work). Empty where nothing is
+    (the model may take a token across the end of the forced text). Empty where nothing is
     forced."""
     data = matcher.forced_bytes()
     if not data or limit < 1:
@@ -74,9 +72,10 @@ def take_forced_tokens(matcher, encode: Callable[[str], list[int]] | None = None
         if not matcher.accept_token(token):
             return tokens[:accepted]
         accepted += 1
-    last = tokens[-1:]
-    if last and _seam_closed(matcher, trie, last[0], vocab_size, allowance) and matcher.accept_token(last[0]):
-        accepted += 1
+    if tokens and matcher.accept_token(tokens[-1]):
+        if not _seam_open(matcher, trie, tokens[-1], vocab_size):
+            return tokens
+        matcher.rollback(1)
     return tokens[:accepted]
 
 
@@ -114,22 +113,21 @@ def _encoded(data: bytes, encode, trie, vocab_size: int) -> list[int] | None:
     return None
 
 
-def _seam_closed(matcher, trie, token: int, vocab_size: int, allowance: Allowance | None) -> bool:
-    """Whether the matcher allows no token whose bytes start with `token`'s and go on (the
-    tokens below its node in the preorder trie), known within the allowance: its row is read
-    only where it is cached or the deadline has not passed."""
+def _seam_open(matcher, trie, token: int, vocab_size: int) -> bool:
+    """Whether the matcher, just past `token`, could have taken a longer token starting with its
+    bytes instead: one below its node in the preorder trie whose further bytes the grammar reads
+    from here (its first further byte readable, then the rest walked, for at most
+    MAX_SEAM_CHECKS of them). Bytes, not the previous state's row: a row not built yet costs a
+    trie walk."""
     node = int(trie.token_node[token])
     below = trie.tok_ids[trie.tok_ptr[node + 1]:trie.tok_ptr[int(trie.skip[node])]]
     below = below[below < vocab_size]
     if not len(below):
-        return True
-    try:
-        if allowance is None:
-            row = matcher.next_token_row()
-        else:
-            with allowing(Allowance(allowance.deadline, num_done=1)):  # no unit starts past it
-                row = matcher.next_token_row()
-    except MaskPending:
         return False
-    allowed = unpack_words(row.numpy().view(np.uint32), vocab_size)
-    return not allowed[below].any()
+    grammar, state, depth = matcher.grammar, matcher.state, len(trie.token_bytes(token))
+    next_byte = np.frombuffer(trie.token_data, dtype=np.uint8)[np.asarray(trie.offsets)[below] + depth]
+    below = below[grammar.readable_bytes(state)[next_byte]]
+    for t in below[:MAX_SEAM_CHECKS].tolist():
+        if grammar.advance_bytes(state, trie.token_bytes(t)[depth:]) is not None:
+            return True
+    return len(below) > MAX_SEAM_CHECKS

@@ -187,7 +187,7 @@ def advance_matcher(matcher, token_id: int, allowance: Allowance, force_limit: i
         if force_limit > 0:
             trie = matcher.grammar.trie
             context = trie.token_bytes(token_id) if token_id < trie.size else b""
-            forced = take_forced_tokens(matcher, encode, context, force_limit, allowance)
+            forced = take_forced_tokens(matcher, encode, context, force_limit)
         allowance.next_row()
         with allowing(allowance):
             try:

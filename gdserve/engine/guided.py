@@ -158,10 +158,9 @@ class GuidedDecoder:
     def new_matcher(self, grammar: Grammar, seq: Sequence) -> tuple[object, list[int]]:
         """A sequence's matcher: in a mask worker where there are any, else (or where the grammar
         cannot travel there: a custom one that does not pickle) here; and the forced tokens at
-        its start, which it is past (none unless forced_tokens is on: see advance). Its start's
-        forced text is read here, within the last step's allowance for new work."""
+        its start, which it is past (none unless forced_tokens is on: see advance)."""
         local = grammar.matcher()
-        forced = take_forced_tokens(local, self.encode, b"", self._force_limit(seq), self._allowance)
+        forced = take_forced_tokens(local, self.encode, b"", self._force_limit(seq))
         if self.mask_workers:
             try:
                 return self.pool.matcher(grammar, self.service.take_payload(grammar), forced), forced
