@@ -182,7 +182,6 @@ def test_a_last_token_is_forced_only_where_no_longer_one_could_cross_the_end(smo
     last of them allows no token that starts with its bytes and goes on."""
     grammar = _compile(smollm2_tokenizer, kind, spec, open_objects=kind == "json")
     trie, rng, encode = grammar.trie, random.Random(5), text_encoder(smollm2_tokenizer)
-
     for _ in range(3):
         matcher = grammar.matcher()
         for _ in range(30):
