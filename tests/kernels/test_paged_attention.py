@@ -52,9 +52,10 @@ def build_case(query_lens, seq_lens, num_heads, num_kv_heads, head_dim, block_si
 @pytest.mark.parametrize("head_dim", [16, 64])
 def test_mixed_batch_matches_naive(num_heads, num_kv_heads, head_dim):
     # Decodes first (one query token each), then prefill chunks: whole prompts and continuations
-    # whose context crosses block boundaries.
-    query_lens = [1, 1, 1, 7, 16, 5]
-    seq_lens = [1, 17, 33, 7, 16, 21]
+    # whose context crosses block boundaries, short ones (attended as decode rows on the CPU) and
+    # longer ones (gathered) mixed.
+    query_lens = [1, 1, 1, 7, 16, 5, 24, 17, 2]
+    seq_lens = [1, 17, 33, 7, 16, 21, 40, 17, 50]
     q, k_cache, v_cache, tables, dense = build_case(query_lens, seq_lens, num_heads, num_kv_heads, head_dim, 8)
     scale = head_dim ** -0.5
     out = paged_attention(q, k_cache, v_cache, tables, torch.tensor(seq_lens), query_lens, seq_lens, 3, scale)
