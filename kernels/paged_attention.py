@@ -14,10 +14,6 @@ from gdserve.kernels.fp8 import is_fp8
 from gdserve.kernels.triton import use_triton
 
 _DECODE_GROUP = 16
-# Chunks of at most this many query tokens (forced text, short prompts' tails) attend on the CPU as
-# one decode row per token, beside the decodes: a gather of the sequence's whole KV and an SDPA
-# per chunk costs far more than a few more decode rows.
-SHORT_CHUNK = 16
 
 
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -135,44 +131,18 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         return paged_attention_triton(query, k_cache, v_cache, block_tables, seq_lens_tensor, query_lens,
                                       seq_lens, num_decodes, scale, query_start_loc)
     out = torch.empty_like(query)
-    short = [i for i in range(num_decodes, len(query_lens)) if query_lens[i] <= SHORT_CHUNK]
-    if short:
-        rows, seqs, lens = _decode_rows(query_lens, seq_lens, num_decodes, short)
-        index = torch.tensor(rows, device=query.device)
-        out[index] = _decode(query[index], k_cache, v_cache, block_tables[torch.tensor(seqs, device=query.device)],
-                             torch.tensor(lens, dtype=torch.int32, device=query.device), lens, scale)
-    elif num_decodes:
-        out[:num_decodes] = _decode(query[:num_decodes], k_cache, v_cache, block_tables[:num_decodes],
-                                    seq_lens_tensor[:num_decodes], seq_lens[:num_decodes], scale)
-    start = sum(query_lens[:num_decodes])
+    if num_decodes:
+        q, tables, lens = query[:num_decodes], block_tables[:num_decodes], seq_lens_tensor[:num_decodes]
+        if native_decode_available(q, k_cache):
+            out[:num_decodes] = decode_attention_native(q, k_cache, v_cache, tables, lens, scale)
+        else:
+            out[:num_decodes] = decode_attention_reference(q, k_cache, v_cache, tables, lens,
+                                                           seq_lens[:num_decodes], scale)
+    start = num_decodes
     for i in range(num_decodes, len(query_lens)):
         q_len, s_len = query_lens[i], seq_lens[i]
-        if q_len > SHORT_CHUNK:
-            k = _gather_kv(k_cache, block_tables[i], s_len).to(query.dtype)
-            v = _gather_kv(v_cache, block_tables[i], s_len).to(query.dtype)
-            out[start:start + q_len] = _chunk_attention(query[start:start + q_len], k, v, scale)
+        k = _gather_kv(k_cache, block_tables[i], s_len).to(query.dtype)
+        v = _gather_kv(v_cache, block_tables[i], s_len).to(query.dtype)
+        out[start:start + q_len] = _chunk_attention(query[start:start + q_len], k, v, scale)
         start += q_len
     return out
-
-
-def _decode_rows(query_lens: list[int], seq_lens: list[int], num_decodes: int, short: list[int]
-                 ) -> tuple[list[int], list[int], list[int]]:
-    """The query rows that attend as decodes (the decodes', then each token of the short
-    chunks), each row's sequence and the keys it sees (a chunk's j-th token: seq_len - query_len
-    + j + 1)."""
-    rows, seqs, lens = list(range(num_decodes)), list(range(num_decodes)), list(seq_lens[:num_decodes])
-    starts = [0]
-    for q_len in query_lens:
-        starts.append(starts[-1] + q_len)
-    for i in short:
-        q_len, first = query_lens[i], seq_lens[i] - query_lens[i] + 1
-        rows += range(starts[i], starts[i] + q_len)
-        seqs += [i] * q_len
-        lens += range(first, first + q_len)
-    return rows, seqs, lens
-
-
-def _decode(q, k_cache, v_cache, block_tables, lens_tensor, lens: list[int], scale: float) -> torch.Tensor:
-    if native_decode_available(q, k_cache):
-        return decode_attention_native(q, k_cache, v_cache, block_tables, lens_tensor, scale)
-    return decode_attention_reference(q, k_cache, v_cache, block_tables, lens_tensor, lens, scale)

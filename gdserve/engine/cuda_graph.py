@@ -1,5 +1,7 @@
 """Decode steps replayed from CUDA graphs: one graph per batch-size bucket, captured once at startup
 over static input buffers, so a decode step costs a few copies and one launch instead of hundreds.
+A decode step is one whose tokens are all decode rows (decodes, and the tokens of short chunks
+such as forced text: layers/attention.py), one row a token.
 
 A graph fixes every host-side value the forward reads. Attention's are the decode batch's shape and
 its longest context (which picks the split-K layout): graphs are captured with every context at
@@ -71,7 +73,7 @@ class CudaGraphRunner:
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """A decode-only step of at most max_batch sequences -> hidden states [S, hidden]."""
+        """A step of at most max_batch decode rows -> hidden states [rows, hidden]."""
         num_seqs = input_ids.shape[0]
         n = next(b for b in self.buckets if b >= num_seqs)
         width = meta.block_tables.shape[1]

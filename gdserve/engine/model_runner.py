@@ -11,7 +11,7 @@ from gdserve.engine.cuda_graph import CudaGraphRunner
 from gdserve.engine.request import PLACEHOLDER, Sequence
 from gdserve.kernels.lora import LoRAMapping, add_lora
 from gdserve.kernels.triton import use_triton
-from gdserve.layers.attention import Attention, AttentionMetadata
+from gdserve.layers.attention import SHORT_CHUNK, Attention, AttentionMetadata
 from gdserve.layers.packed_linear import PackedLinear
 from gdserve.layers.quantization import Fp8Linear
 from gdserve.lora.layers import LoRAContext, LoRALinear
@@ -238,7 +238,7 @@ class ModelRunner:
         if self.lora_context is not None:
             self._set_lora(step.token_slots)
         graphs = self.cuda_graphs
-        if graphs is not None and meta.num_decodes == len(step.query_lens) <= graphs.max_batch:
+        if graphs is not None and meta.num_decodes == step.num_tokens <= graphs.max_batch:
             hidden = graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, meta)
@@ -268,9 +268,9 @@ class ModelRunner:
                      pending_token_ids: torch.Tensor | None = None, lora_slots: list[int] | None = None
                      ) -> tuple[StepInput, torch.Tensor]:
         """The host side of execute: the step's StepInput and its token ids on the device."""
-        # Attention wants single-token sequences first (sorted by context length, which lets it
-        # group them with little padding: `order`); logits_index maps the caller's sample_rows to tokens.
-        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] != 1, seqs[i].num_computed_tokens))
+        # Attention wants short sequences first (decode rows, sorted by context length, which lets
+        # it group them with little padding: `order`); logits_index maps the caller's sample_rows to tokens.
+        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] > SHORT_CHUNK, seqs[i].num_computed_tokens))
         token_slots = None
         if self.lora_context is not None:
             slots = lora_slots or [-1] * len(seqs)

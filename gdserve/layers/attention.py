@@ -8,24 +8,31 @@ from torch import nn
 from gdserve.kernels import paged_attention, write_kv_cache
 from gdserve.utils import to_device
 
+# Sequences adding at most this many tokens (decodes, forced text, a prompt's short tail) attend as
+# one decode row per token: the decode kernel takes them beside the decodes, and a step made of
+# them alone replays a CUDA graph. Longer chunks go to the prefill kernel.
+SHORT_CHUNK = 16
+
 
 @dataclass
 class AttentionMetadata:
     """What attention needs to know about one step's flat token layout, built by the ModelRunner.
-    Sequences are ordered decodes first (query_len 1), then prefill chunks."""
+    Its rows are what attention iterates: decode rows first (query_len 1: a decode, or one token
+    of a short chunk, seeing the keys up to its own position), then prefill chunks."""
     slot_mapping: torch.Tensor   # [T] int64: KV slot (block * block_size + offset) of each new token
-    block_tables: torch.Tensor   # [S, max_blocks] int32
-    query_lens: list[int]        # [S] new tokens per sequence this step
-    seq_lens: list[int]          # [S] context length after this step (computed + new)
-    seq_lens_tensor: torch.Tensor  # [S] int32, the same on the device
-    num_decodes: int             # the first num_decodes sequences have query_len == 1
-    query_start_loc: torch.Tensor | None = None  # [S + 1] int32: cumulative query_lens (for CUDA)
+    block_tables: torch.Tensor   # [R, max_blocks] int32: each row's sequence's
+    query_lens: list[int]        # [R] query tokens per row
+    seq_lens: list[int]          # [R] keys each row sees: its sequence's context up to its last token
+    seq_lens_tensor: torch.Tensor  # [R] int32, the same on the device
+    num_decodes: int             # the first num_decodes rows have query_len == 1
+    query_start_loc: torch.Tensor | None = None  # [R + 1] int32: cumulative query_lens (for CUDA)
 
     @classmethod
     def build(cls, block_tables: list[list[int]], starts: list[int], query_lens: list[int],
               block_size: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, "AttentionMetadata"]:
         """Sequence i adds tokens at positions starts[i] .. starts[i] + query_lens[i] - 1; sequences
-        with query_len 1 must come first. Returns (positions [T], metadata)."""
+        of at most SHORT_CHUNK tokens must come first (each of their tokens becomes a decode row).
+        Returns (positions [T], metadata)."""
         q_lens = np.asarray(query_lens, dtype=np.int64)
         seq_lens = np.asarray(starts, dtype=np.int64) + q_lens
         query_start_loc = np.zeros(len(q_lens) + 1, dtype=np.int64)
@@ -35,12 +42,18 @@ class AttentionMetadata:
         positions = np.arange(query_start_loc[-1]) + np.repeat(seq_lens - q_lens - query_start_loc[:-1], q_lens)
         tables = _padded(block_tables)
         slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-        num_decodes = int(np.argmax(q_lens != 1)) if (q_lens != 1).any() else len(q_lens)
+        long = q_lens > SHORT_CHUNK
+        num_short = int(np.argmax(long)) if long.any() else len(q_lens)
+        num_decodes = int(query_start_loc[num_short])  # the short sequences' tokens, a row each
+        row_seq = np.concatenate([seq_of_token[:num_decodes], np.arange(num_short, len(q_lens))])
+        row_q_lens = np.concatenate([np.ones(num_decodes, dtype=np.int64), q_lens[num_short:]])
+        row_seq_lens = np.concatenate([positions[:num_decodes] + 1, seq_lens[num_short:]])
+        row_start_loc = np.concatenate([np.arange(num_decodes), query_start_loc[num_short:]])
         meta = cls(slot_mapping=to_device(slots, torch.int64, device),
-                   block_tables=to_device(tables, torch.int32, device),
-                   query_lens=list(query_lens), seq_lens=seq_lens.tolist(),
-                   seq_lens_tensor=to_device(seq_lens, torch.int32, device), num_decodes=num_decodes,
-                   query_start_loc=to_device(query_start_loc, torch.int32, device))
+                   block_tables=to_device(tables[row_seq], torch.int32, device),
+                   query_lens=row_q_lens.tolist(), seq_lens=row_seq_lens.tolist(),
+                   seq_lens_tensor=to_device(row_seq_lens, torch.int32, device), num_decodes=num_decodes,
+                   query_start_loc=to_device(row_start_loc, torch.int32, device))
         return to_device(positions, torch.int64, device), meta
 
 
