@@ -65,8 +65,9 @@ class EngineConfig:
     grammar_cache_dir: str | None = "auto"
     # Guided sequences take the text their constraint forces (keys, punctuation, the rest of an
     # enum value) as tokens appended without a decode step each, prefilled by the next step as a
-    # chunk; a request that asks for logprobs decodes every token
-    enable_forced_tokens: bool = True
+    # chunk; a request that asks for logprobs decodes every token. None: on the CPU, where it is
+    # measured to cost nothing where little is forced; off on CUDA until measured there
+    enable_forced_tokens: bool | None = None
     enforce_eager: bool = False              # CUDA: no CUDA graphs for decode steps
     # Read each step's sampled tokens back during the next step's forward (None: on CUDA only;
     # on CPU the forward runs on the calling thread, so there is nothing to overlap)
@@ -114,6 +115,8 @@ class EngineConfig:
         if self.grammar_mask_workers is None:
             self.grammar_mask_workers = default_mask_workers(self.torch_device())
         _check(self.grammar_mask_workers >= 0, "grammar_mask_workers", "must be >= 0")
+        if self.enable_forced_tokens is None:
+            self.enable_forced_tokens = self.torch_device().type == "cpu"
         _check(self.max_loras >= 1, "max_loras", "must be >= 1")
         _check(self.max_lora_rank >= 1, "max_lora_rank", "must be >= 1")
         if self.max_cpu_loras is None:

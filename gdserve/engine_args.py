@@ -46,9 +46,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grammar-cache-dir", default="auto",
                         help="compiled grammars persist here across restarts (default: $GDSERVE_CACHE/grammars; "
                              "'none' turns it off)")
-    parser.add_argument("--enable-forced-tokens", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--enable-forced-tokens", action=argparse.BooleanOptionalAction, default=None,
                         help="guided sequences take the text their constraint forces without a decode step "
-                             "per token (the next step prefills it as a chunk)")
+                             "per token (the next step prefills it as a chunk; default: on the CPU)")
     parser.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs for decode steps")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                         help="read sampled tokens back during the next step's forward (default: on CUDA)")

@@ -79,3 +79,10 @@ def test_max_num_seqs_is_left_to_the_engine_or_checked():
     assert EngineConfig(device="cpu").max_num_seqs is None
     with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
         EngineConfig(device="cpu", max_num_seqs=0)
+
+
+def test_forced_tokens_default_to_on_for_the_cpu_and_off_for_cuda():
+    assert EngineConfig(device="cpu").enable_forced_tokens is True
+    assert EngineConfig(device="cuda").enable_forced_tokens is False
+    assert EngineConfig(device="cuda", enable_forced_tokens=True).enable_forced_tokens is True
+    assert EngineConfig(device="cpu", enable_forced_tokens=False).enable_forced_tokens is False

@@ -19,7 +19,7 @@ SENTENCE = "The answer to the question is forty-two"
 
 
 def _llm(smollm2_dir, **kw) -> LLM:
-    return LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20, **kw)
+    return LLM(str(smollm2_dir), dtype="float32", kv_cache_memory=256 << 20, **{"enable_forced_tokens": True, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_preempted_sequences_keep_their_forced_tokens(smollm2_dir, llm, preempti
     per_block = block_bytes(smollm2_dir)
     small = LLM(str(smollm2_dir), dtype="float32", block_size=4, max_num_batched_tokens=32, max_model_len=160,
                 kv_cache_memory=48 * per_block, swap_space=64 * per_block / (1 << 30),
-                preemption_mode=preemption_mode, schedule_conservativeness=0)
+                preemption_mode=preemption_mode, schedule_conservativeness=0, enable_forced_tokens=True)
     try:
         got = small.generate(prompts, person())
         assert small.engine.scheduler.num_preemptions > 0
