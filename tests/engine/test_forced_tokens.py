@@ -93,6 +93,21 @@ def test_a_stop_string_inside_forced_text_ends_the_output_there(llm):
     assert_no_leaks(llm)
 
 
+def test_forced_text_that_ends_inside_a_character_stays_whole(llm):
+    """The choices share "Ελληνικά " and a first byte after it (κ and λ are 0xCE 0xBA / 0xCE
+    0xBB): the forced bytes end inside a character. The text comes out whole, streamed or not."""
+    choices = ["Ελληνικά κείμενο", "Ελληνικά λέξη"]
+    params = SamplingParams(max_tokens=32, structured_outputs=StructuredOutputsParams(choice=choices))
+    engine = llm.engine
+    request_id = engine.add_request(_prompt(llm)["prompt_token_ids"], params)
+    texts = []
+    while engine.has_unfinished_requests():
+        texts += [o.outputs[0].text for o in engine.step() if o.request_id == request_id]
+    final = texts[-1]
+    assert final in choices and all(final.startswith(t) and "\ufffd" not in t for t in texts)
+    assert llm.generate([_prompt(llm)], params)[0].outputs[0].num_forced_tokens > 0
+
+
 def test_requests_that_ask_for_logprobs_decode_every_token(llm):
     """Their every token has the model's logprob: none is forced."""
     outs = llm.generate([_prompt(llm)], person(logprobs=2))
