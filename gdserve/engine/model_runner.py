@@ -79,12 +79,14 @@ def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.
 class StepInput:
     """One step's forward as plain host data (each rank builds its device inputs from it; the
     token ids, some of which may still be on rank 0's device, come from rank 0 through the
-    process group). Sequences are in the order attention wants: decodes first."""
+    process group). Sequences are in the order attention wants: those attended as decode rows
+    first (AttentionMetadata.build)."""
     block_tables: list[list[int]]
     starts: list[int]             # each sequence's first new position
     query_lens: list[int]         # its new tokens
     logits_index: list[int]       # the flat token of each sampled row, in the caller's sample_rows order
     token_slots: list[int] | None = None  # LoRA: each token's adapter slot (-1: none); None: no LoRA
+    num_short: int | None = None  # leading sequences whose tokens are decode rows (None: those of one token)
 
     @property
     def num_tokens(self) -> int:
@@ -233,7 +235,7 @@ class ModelRunner:
             input_ids = torch.empty(step.num_tokens, dtype=torch.int64, device=self.device)
         input_ids = tensor_model_parallel_broadcast(input_ids)
         positions, meta = AttentionMetadata.build(step.block_tables, step.starts, step.query_lens,
-                                                  self.block_size, self.device)
+                                                  self.block_size, self.device, step.num_short)
         logits_index = to_device(step.logits_index, torch.int64, self.device)
         if self.lora_context is not None:
             self._set_lora(step.token_slots)
@@ -268,9 +270,12 @@ class ModelRunner:
                      pending_token_ids: torch.Tensor | None = None, lora_slots: list[int] | None = None
                      ) -> tuple[StepInput, torch.Tensor]:
         """The host side of execute: the step's StepInput and its token ids on the device."""
-        # Attention wants short sequences first (decode rows, sorted by context length, which lets
-        # it group them with little padding: `order`); logits_index maps the caller's sample_rows to tokens.
-        order = sorted(range(len(seqs)), key=lambda i: (num_new_tokens[i] > SHORT_CHUNK, seqs[i].num_computed_tokens))
+        # Attention wants the sequences attended as decode rows first (decodes, and the short chunks
+        # of output tokens such as forced text; a prompt's chunk keeps the prefill kernel's numerics
+        # whatever the prefix cache held), sorted by context length, which lets it group them with
+        # little padding: `order`; logits_index maps the caller's sample_rows to tokens.
+        decode_rows = [n == 1 or (n <= SHORT_CHUNK and s.is_prefilled) for s, n in zip(seqs, num_new_tokens)]
+        order = sorted(range(len(seqs)), key=lambda i: (not decode_rows[i], seqs[i].num_computed_tokens))
         token_slots = None
         if self.lora_context is not None:
             slots = lora_slots or [-1] * len(seqs)
@@ -291,5 +296,5 @@ class ModelRunner:
             input_ids[to_device(flat, torch.int64, self.device)] = \
                 pending_token_ids[to_device(rows, torch.int64, self.device)]
         step = StepInput([s.block_table for s in seqs], starts, num_new_tokens,
-                         [last_index[i] for i in sample_rows], token_slots)
+                         [last_index[i] for i in sample_rows], token_slots, sum(decode_rows))
         return step, input_ids

@@ -8,9 +8,9 @@ from torch import nn
 from gdserve.kernels import paged_attention, write_kv_cache
 from gdserve.utils import to_device
 
-# Sequences adding at most this many tokens (decodes, forced text, a prompt's short tail) attend as
-# one decode row per token: the decode kernel takes them beside the decodes, and a step made of
-# them alone replays a CUDA graph. Longer chunks go to the prefill kernel.
+# Output tokens added at most this many at once (forced text) attend as one decode row per token:
+# the decode kernel takes them beside the decodes, and a step made of them alone replays a CUDA
+# graph (engine/model_runner.py picks those sequences). Longer chunks go to the prefill kernel.
 SHORT_CHUNK = 16
 
 
@@ -29,10 +29,11 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, block_tables: list[list[int]], starts: list[int], query_lens: list[int],
-              block_size: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, "AttentionMetadata"]:
-        """Sequence i adds tokens at positions starts[i] .. starts[i] + query_lens[i] - 1; sequences
-        of at most SHORT_CHUNK tokens must come first (each of their tokens becomes a decode row).
-        Returns (positions [T], metadata)."""
+              block_size: int, device: torch.device | str = "cpu", num_short: int | None = None
+              ) -> tuple[torch.Tensor, "AttentionMetadata"]:
+        """Sequence i adds tokens at positions starts[i] .. starts[i] + query_lens[i] - 1; each
+        token of the first num_short sequences becomes a decode row (None: the leading sequences
+        that add one token). Returns (positions [T], metadata)."""
         q_lens = np.asarray(query_lens, dtype=np.int64)
         seq_lens = np.asarray(starts, dtype=np.int64) + q_lens
         query_start_loc = np.zeros(len(q_lens) + 1, dtype=np.int64)
@@ -42,8 +43,8 @@ class AttentionMetadata:
         positions = np.arange(query_start_loc[-1]) + np.repeat(seq_lens - q_lens - query_start_loc[:-1], q_lens)
         tables = _padded(block_tables)
         slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-        long = q_lens > SHORT_CHUNK
-        num_short = int(np.argmax(long)) if long.any() else len(q_lens)
+        if num_short is None:
+            num_short = int(np.argmax(q_lens != 1)) if (q_lens != 1).any() else len(q_lens)
         num_decodes = int(query_start_loc[num_short])  # the short sequences' tokens, a row each
         row_seq = np.concatenate([seq_of_token[:num_decodes], np.arange(num_short, len(q_lens))])
         row_q_lens = np.concatenate([np.ones(num_decodes, dtype=np.int64), q_lens[num_short:]])

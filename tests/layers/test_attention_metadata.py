@@ -1,5 +1,5 @@
-"""AttentionMetadata.build: a step's flat tokens as attention rows. A short sequence's tokens
-(decodes, forced text) become decode rows, each seeing the keys up to its own position; longer
+"""AttentionMetadata.build: a step's flat tokens as attention rows. The leading sequences' tokens
+(decodes, forced text) become decode rows, each seeing the keys up to its own position; the other
 chunks stay whole, after them."""
 import torch
 
@@ -10,7 +10,7 @@ def test_short_sequences_become_a_decode_row_per_token():
     block_size, long = 4, SHORT_CHUNK + 4
     tables = [[7, 8], [3, 4, 5], [0, 1, 2, 9, 10, 11, 12, 13]]
     starts, query_lens = [5, 6, 2], [1, 3, long]
-    positions, meta = AttentionMetadata.build(tables, starts, query_lens, block_size)
+    positions, meta = AttentionMetadata.build(tables, starts, query_lens, block_size, num_short=2)
     assert positions.tolist() == [5, 6, 7, 8, *range(2, 2 + long)]
     assert meta.num_decodes == 4
     assert meta.query_lens == [1, 1, 1, 1, long]
@@ -26,6 +26,11 @@ def test_short_sequences_become_a_decode_row_per_token():
 
 
 def test_a_step_of_short_sequences_is_all_decode_rows():
-    positions, meta = AttentionMetadata.build([[0], [1, 2]], [0, 3], [2, 2], 4)
+    positions, meta = AttentionMetadata.build([[0], [1, 2]], [0, 3], [2, 2], 4, num_short=2)
     assert meta.num_decodes == 4 == len(meta.query_lens) == positions.numel()
     assert meta.seq_lens == [1, 2, 4, 5] and meta.block_tables.dtype == torch.int32
+
+
+def test_by_default_only_single_tokens_are_decode_rows():
+    _, meta = AttentionMetadata.build([[0], [1, 2], [3]], [4, 3, 0], [1, 2, 3], 4)
+    assert meta.num_decodes == 1 and meta.query_lens == [1, 2, 3] and meta.seq_lens == [5, 5, 3]
