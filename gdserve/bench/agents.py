@@ -73,19 +73,23 @@ def read_schema(path: Path) -> object:
     return doc["schema"] if isinstance(doc, dict) and "schema" in doc and "tests" in doc else doc
 
 
+def read_schema_dir(directory: Path, limit: int | None = None) -> list[AgentSchema]:
+    """The schemas of directory's *.json files and its subfolders', sorted by path (the first
+    `limit`), each named "<dir>/<file>"."""
+    files = sorted(directory.rglob("*.json"))[:limit] if directory.is_dir() else []
+    if not files:
+        raise ValueError(f"no schemas at {directory} (no *.json files): pass --schema-dir with a folder "
+                         "of JSON Schema files")
+    return [AgentSchema(f"{directory.name}/{path.relative_to(directory)}", read_schema(path)) for path in files]
+
+
 def load_schemas(dirs: list[Path], n: int, seed: int) -> list[AgentSchema]:
     """n distinct schemas (by content) drawn at random, seeded, from the *.json files of dirs and
     their subfolders."""
     distinct: dict[str, AgentSchema] = {}
     for directory in dirs:
-        files = sorted(directory.rglob("*.json")) if directory.is_dir() else []
-        if not files:
-            raise ValueError(f"no schemas at {directory} (no *.json files): pass --schema-dir with a folder "
-                             "of JSON Schema files")
-        for path in files:
-            schema = read_schema(path)
-            name = f"{directory.name}/{path.relative_to(directory)}"
-            distinct.setdefault(json.dumps(schema, sort_keys=True), AgentSchema(name, schema))
+        for item in read_schema_dir(directory):
+            distinct.setdefault(json.dumps(item.schema, sort_keys=True), item)
     if n < 1 or n > len(distinct):
         raise ValueError(f"--num-requests must be between 1 and the {len(distinct)} distinct schemas in "
                          f"{', '.join(map(str, dirs))}; got {n}")
@@ -137,7 +141,8 @@ def run_batch(engine, prompts: list[list[int]], params: list[SamplingParams],
     progress.close()
     seconds = time.perf_counter() - start
     outputs = [finished[i] for i in ids]
-    return {**run_rate(engine, outputs, seconds, steps_before), "mask_share": mask_share(engine.guided.step_times)}, outputs
+    result = run_rate(engine, outputs, seconds, steps_before)
+    return {**result, "mask_share": mask_share(engine.guided.step_times)}, outputs
 
 
 def mask_share(step_times) -> dict:

@@ -3,14 +3,16 @@
 Each schema of the given folders (sorted, at most --max-per-dir of each) is asked for once with
 forced text and once without, on one engine, at temperature 0 with each request's grammar
 compiled before the clock. The outputs are compared token by token: for each pair that differs,
-the first differing token, why (compare), and the text from there. Both runs' outputs are validated against their schema,
-and each run's tokens/s and forward steps are reported beside the share of tokens forced.
+the first differing token, why (compare), and the text from there. Both runs' outputs are
+validated against their schema, and each run's tokens/s and forward steps are reported beside
+the share of tokens forced.
 """
 import argparse
 import sys
 from pathlib import Path
 
-from gdserve.bench.agents import AgentSchema, check_outputs, default_schema_dirs, prompt_ids, read_schema, run_batch
+from gdserve.bench.agents import (AgentSchema, check_outputs, default_schema_dirs, prompt_ids, read_schema_dir,
+                                  run_batch)
 from gdserve.bench.offline import warm_llm
 from gdserve.bench.results import write_result
 from gdserve.engine_args import add_engine_args, engine_kwargs
@@ -24,13 +26,7 @@ CONTEXT_CHARS = 24  # of text shown on each side of a difference
 
 
 def load_sorted(dirs: list[Path], max_per_dir: int | None) -> list[AgentSchema]:
-    items = []
-    for directory in dirs:
-        files = sorted(directory.rglob("*.json"))[:max_per_dir]
-        if not files:
-            raise ValueError(f"no schemas at {directory} (no *.json files)")
-        items += [AgentSchema(f"{directory.name}/{f.relative_to(directory)}", read_schema(f)) for f in files]
-    return items
+    return [item for directory in dirs for item in read_schema_dir(directory, max_per_dir)]
 
 
 def compare(on, off, token_bytes) -> dict | None:
