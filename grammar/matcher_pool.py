@@ -10,7 +10,8 @@ The engine talks to all of them once per phase of a step: `advance` (each sequen
 token: accepted?, terminated?, and the forced tokens that follow it: grammar/forced.py) and
 `fill_rows` (each sequence's next row, packed, sent back as one blob per worker). Each message
 carries the operations queued for that worker since its last one (load or drop a grammar, open
-or close a matcher), so that placing a sequence costs no round trip. The workers run their parts at once; the engine waits for the slowest.
+or close a matcher), so that placing a sequence costs no round trip. The workers run their parts
+at once; the engine waits for the slowest.
 
 Each worker bounds its step's new work by the engine's deadline (time.perf_counter is the
 system's monotonic clock, the same in every process), as the engine's own thread does
