@@ -5,7 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from gdserve.kernels.packed_gemm import PackedWeight, pack, packed_gemm, unpack
+from gdserve.kernels.packed_gemm import PackedWeight, device_layout, pack, packed_gemm, unpack
 
 
 class PackedLinear(nn.Module):
@@ -29,10 +29,11 @@ class PackedLinear(nn.Module):
         self.register_buffer("perm", None)
         self.bias = nn.Parameter(torch.empty(n, dtype=dtype, device=device)) if bias else None
         self.loaded_shards: set[int] = set()
+        self.layout = "rows"  # until finish_loading picks the device's
 
     @property
     def packed(self) -> PackedWeight:
-        return PackedWeight(self.qweight, self.scales, self.biases, self.bits, self.group_size)
+        return PackedWeight(self.qweight, self.scales, self.biases, self.bits, self.group_size, self.layout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -47,6 +48,8 @@ class PackedLinear(nn.Module):
         layer share its input, so they must share its column order (perm) too. A 4-bit shard of an
         8-bit layer widens exactly (same scales and biases)."""
         name = f"shard {index} of {self.shard_sizes}"
+        if self.layout != "rows":
+            raise ValueError(f"{name}: the layer's weights are already repacked for the device")
         if weight.bits < self.bits:
             weight = PackedWeight(pack(unpack(weight.qweight, weight.bits), self.bits), weight.scales,
                                   weight.biases, self.bits, weight.group_size)
@@ -66,6 +69,12 @@ class PackedLinear(nn.Module):
             self.shard(target, index, dim=1).copy_(source)
         self.loaded_shards.add(index)
 
+    @torch.no_grad()
+    def finish_loading(self) -> None:
+        """Once every shard is in: the weight in its device's layout (device_layout), made once."""
+        weight = device_layout(self.packed)
+        self.qweight, self.layout = weight.qweight, weight.layout
+
     def shard(self, tensor: torch.Tensor, index: int, dim: int = 0) -> torch.Tensor:
         """The part of a [.., N] buffer (dim 1) or of the bias (dim 0) that belongs to shard `index`."""
         return tensor.narrow(dim, sum(self.shard_sizes[:index]), self.shard_sizes[index])
@@ -77,7 +86,7 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
-                f"group_size={self.group_size}, bias={self.bias is not None}")
+                f"group_size={self.group_size}, bias={self.bias is not None}, layout={self.layout}")
 
 
 def pack_linears(model: nn.Module, layout: Callable[[str], tuple[int, int]],

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from gdserve.distributed.parallel_state import get_tensor_model_parallel_world_size
 from gdserve.layers.checkpoint import CheckpointTensor
+from gdserve.layers.packed_linear import PackedLinear
 from gdserve.layers.quantization import check_method
 from gdserve.layers.rotary import RotaryEmbedding
 from gdserve.models.config import ModelConfig
@@ -164,6 +165,9 @@ def _load_packed(path: Path, config: ModelConfig, dtype: torch.dtype, device: st
         load_packed_weights(model, gguf.weights(config.num_attention_heads, config.num_key_value_heads, dtype))
     else:
         load_packed_weights(model, packed_projections(_safetensors_weights(path), quant, dtype))
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            module.finish_loading()
     logger.info("linear layers packed (%s%s)", quant.method, ", random weights, round-to-nearest" if quant.rtn else "")
     return model
 

@@ -78,3 +78,24 @@ def config_for(M: int, N: int, K: int, bits: int, group_size: int, device: torch
     while tiles * split_k < 2 * NUM_SMS_SM90 and K // (block_k * split_k) >= 8:
         split_k *= 2
     return (block_m, block_n, block_k, split_k, 4, 3)
+
+
+# The mma layout's kernel (packed_gemm_mma.py): (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages).
+MmaConfig = tuple[int, int, int, int, int]
+# From this many rows the weight is dequantized once and cuBLAS multiplies.
+MMA_DEQUANT_MIN_ROWS = 512
+
+
+def mma_config_for(M: int, N: int, K: int, group_size: int, device: torch.device) -> MmaConfig | None:
+    """The fused kernel's tile for M rows, or None where cuBLAS on the dequantized weight is
+    faster. x's rows are the small side of the tensor cores' multiply (16 to 128 of them a
+    tile); few tiles split K, so that every SM streams a share of the weight."""
+    if M >= MMA_DEQUANT_MIN_ROWS:
+        return None
+    block_m = min(max(16, 1 << (M - 1).bit_length()), 128)
+    block_n = 64 if M <= 64 else 128
+    tiles = -(-N // block_n) * -(-M // block_m)
+    split_k = 1
+    while tiles * split_k < 2 * NUM_SMS_SM90 and K // (128 * split_k) >= 8:
+        split_k *= 2
+    return (block_m, block_n, split_k, 4 if block_n == 64 else 8, 4 if M <= 16 else 3)

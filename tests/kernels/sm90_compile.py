@@ -188,6 +188,19 @@ def packed_dequantize(bits: int, dtype: torch.dtype = BF16) -> None:
     dequantize_triton(qweight, scales, scales, bits, 128)
 
 
+def packed_gemm_mma(rows: int, group_size: int = 128, dtype: torch.dtype = BF16,
+                    configs: list | None = None) -> None:
+    """The mma layout's kernel at each of Llama-3-8B's shapes: the given tiles, else the default
+    path's for `rows` (the fused kernel, or the dequantize kernel and cuBLAS)."""
+    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
+    for K, N in LLAMA3_8B_LINEAR:
+        qweight = torch.zeros(N, -(-K // 128) * 16, dtype=torch.int32)
+        scales = torch.zeros(K // group_size, N, dtype=dtype)
+        x = torch.zeros(rows, K, dtype=dtype)
+        for config in configs or [None]:
+            packed_gemm_mma_triton(x, qweight, scales, scales, group_size, config)
+
+
 def _cases() -> dict[str, Callable[[], None]]:
     cases = {}
     for head_dim in (64, 128):
@@ -242,6 +255,15 @@ def _cases() -> dict[str, Callable[[], None]]:
     cases["packed-gemm-prefill-tiles"] = lambda: packed_gemm(128, configs=[(64, 128, 128, 1, 4, 3),
                                                                           (128, 128, 128, 1, 8, 3)])
     cases["packed-gemm-m64-4bit-g32"] = lambda: packed_gemm(64, 4, 32)  # the most shared memory on the default path
+    for rows in (1, 16, 64, 256, 4096):  # the default tiles, and the dequantize kernel for many rows
+        for group_size in (128, 32):
+            cases[f"packed-gemm-mma-m{rows}-g{group_size}"] = \
+                lambda r=rows, g=group_size: packed_gemm_mma(r, g)
+    cases["packed-gemm-mma-m16-fp16"] = lambda: packed_gemm_mma(16, dtype=torch.float16)
+    cases["packed-gemm-mma-m16-fp32"] = lambda: packed_gemm_mma(16, dtype=FP32)
+    cases["packed-gemm-mma-m16-per-channel"] = lambda: packed_gemm_mma(16, group_size=4096)
+    cases["packed-gemm-mma-tiles"] = lambda: packed_gemm_mma(64, configs=[(16, 64, 4, 4, 4), (64, 128, 1, 8, 3),
+                                                                          (128, 128, 1, 8, 3), (32, 32, 2, 4, 3)])
     for bits in (4, 8):
         cases[f"packed-dequantize-{bits}bit"] = lambda b=bits: packed_dequantize(b)
     cases["packed-dequantize-fp32"] = lambda: packed_dequantize(4, FP32)

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from gdserve.kernels import native
-from gdserve.kernels.packed_gemm import NATIVE_MAX_ROWS, PackedWeight, pack, packed_gemm, packed_gemm_reference, unpack
+from gdserve.kernels.packed_gemm import (NATIVE_MAX_ROWS, PackedWeight, device_layout, pack, packed_gemm,
+                                         packed_gemm_reference, to_mma, to_rows, unpack)
 
 
 def codes(k: int, n: int, bits: int, seed: int = 0) -> torch.Tensor:
@@ -170,3 +171,49 @@ def test_gemm_rejects_mismatched_inputs():
         packed_gemm(torch.zeros(2, 2, 64), w)
     with pytest.raises(ValueError, match="x has 32 features"):
         packed_gemm_reference(torch.zeros(2, 32), w)
+
+
+@pytest.mark.parametrize("k,n,group_size", [(256, 48, 128), (96, 8, 32), (576, 40, 576), (4096, 24, 64)])
+def test_mma_layout_round_trip(k, n, group_size):
+    """Any K (padded to whole 128-value tiles with zero codes); to_rows undoes to_mma exactly."""
+    w = packed_weight(k, n, 4, group_size)
+    mma = to_mma(w)
+    assert mma.layout == "mma" and mma.qweight.shape == (n, -(-k // 128) * 16)
+    assert (mma.in_features, mma.out_features) == (k, n)
+    assert torch.equal(mma.codes(), w.codes())
+    assert torch.equal(to_rows(mma).qweight, w.qweight)
+    assert torch.equal(mma.dequantize(), w.dequantize())
+
+
+def test_mma_layout_puts_a_threads_values_in_its_words():
+    """Word (t, w) of a tile holds, in nibble 4 e + 2 c + a, the code of k = 32 w + 16 e + 8 c + 2 t + a:
+    the values lane t of a quad feeds the tensor cores from 8 slices of 16."""
+    q = torch.zeros(128, 1, dtype=torch.int32)
+    q[32 * 2 + 16 * 1 + 8 * 0 + 2 * 3 + 1, 0] = 5  # w 2, e 1, c 0, t 3, a 1: word 4 t + w = 14, nibble 5
+    w = PackedWeight(pack(q, 4), torch.ones(1, 1), torch.zeros(1, 1), 4, 128)
+    words = to_mma(w).qweight[0].tolist()
+    assert words[14] == 5 << (4 * 5) and sum(map(abs, words)) == words[14]
+
+
+def test_mma_weights_multiply_alike_on_the_cpu():
+    """The CPU's kernels read the rows layout; an mma weight is turned back for them."""
+    w = packed_weight(256, 24, 4, 64)
+    x = torch.randn(3, 256)
+    torch.testing.assert_close(packed_gemm(x, to_mma(w)), packed_gemm(x, w))
+
+
+def test_device_layout_keeps_rows_on_the_cpu():
+    w = packed_weight(128, 8, 4, 32)
+    assert device_layout(w).layout == "rows" and device_layout(to_mma(w)).layout == "rows"
+    assert device_layout(packed_weight(128, 8, 8, 32)).layout == "rows"
+
+
+def test_mma_layout_rejects_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="the mma layout holds 4-bit weights, got 8-bit"):
+        to_mma(packed_weight(128, 8, 8, 32))
+    with pytest.raises(ValueError, match="the mma layout holds 4-bit weights"):
+        PackedWeight(torch.zeros(8, 16, dtype=torch.int32), torch.ones(1, 8), torch.zeros(1, 8), 8, 128, "mma")
+    with pytest.raises(ValueError, match=r"qweight must have shape \(8, 16\) in the mma layout for 128 x 8"):
+        PackedWeight(torch.zeros(8, 8, dtype=torch.int32), torch.ones(1, 8), torch.zeros(1, 8), 4, 128, "mma")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        PackedWeight(torch.zeros(16, 8, dtype=torch.int32), torch.ones(1, 8), torch.zeros(1, 8), 4, 128, "tiles")

@@ -98,3 +98,75 @@ def test_default_row_kernel_tiles_fit_the_shape(m, n, k, bits, group_size):
     block_n, block_k, split_k, warps = gemv_config_for(m, n, k, bits, group_size, torch.device(DEVICE))
     assert block_k % (32 // bits) == 0 and block_k & (block_k - 1) == 0 and block_n & (block_n - 1) == 0
     assert split_k >= 1 and group_size % block_k == 0  # one group a tile where the group allows
+
+
+# The mma layout's kernel: (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages)
+MMA_CONFIGS = [(16, 64, 1, 4, 2), (32, 32, 2, 4, 2), (64, 128, 1, 8, 3)]
+# one group a tile (the codes multiplied as they are), a group a word or two (scaled before the
+# dot), per channel, and a group size that fits neither (scales gathered a weight each)
+MMA_FORMATS = [(128, 256), (32, 256), (64, 192), (-1, 384), (96, 288)] if not ON_CUDA else \
+    [(128, 4096), (32, 4096), (64, 14336), (-1, 4096), (96, 4032)]
+
+
+@pytest.mark.parametrize("m", [1, 5, 19] if not ON_CUDA else [1, 16, 77, 200])
+@pytest.mark.parametrize("config", MMA_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("group_size,k", MMA_FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, HALF])
+def test_mma_kernel_matches_reference(m, config, group_size, k, dtype):
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
+    n = 80 if not ON_CUDA else 6144
+    group_size = k if group_size == -1 else group_size
+    w = to_mma(packed_weight(k, n, 4, group_size, dtype))
+    x = randn(m, k, dtype=dtype)
+    out = packed_gemm_mma_triton(x, w.qweight, w.scales, w.biases, group_size, config)
+    assert out.dtype == dtype and out.shape == (m, n)
+    assert_close_to(out, packed_gemm_reference(x, w))
+
+
+@pytest.mark.parametrize("m", [1, 2, 7] if not ON_CUDA else [1, 2, 7, 64, 300, 1000])
+def test_mma_default_path_matches_reference(m, monkeypatch):
+    """packed_gemm's own dispatch for an mma weight: the fused kernel's default tiles, and the
+    dequantize kernel with cuBLAS from MMA_DEQUANT_MIN_ROWS rows (lowered here to reach it)."""
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.kernels.triton import packed_gemm_configs
+    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
+    if not ON_CUDA:
+        monkeypatch.setattr(packed_gemm_configs, "MMA_DEQUANT_MIN_ROWS", 7)
+    n, k = (4096, 14336) if ON_CUDA else (64, 256)
+    w = to_mma(packed_weight(k, n, 4, 128, HALF))
+    x = randn(m, k, dtype=HALF)
+    out = packed_gemm(x, w) if ON_CUDA else packed_gemm_mma_triton(x, w.qweight, w.scales, w.biases, 128)
+    assert_close_to(out, packed_gemm_reference(x, w))
+
+
+@pytest.mark.parametrize("group_size,k", [(128, 256), (32, 96), (576, 576)])
+def test_mma_dequantize_matches_the_reference(group_size, k):
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.kernels.triton.packed_gemm_mma import dequantize_mma_triton
+    w = to_mma(packed_weight(k, 48, 4, group_size, HALF))
+    out = dequantize_mma_triton(w.qweight, w.scales, w.biases, group_size)
+    torch.testing.assert_close(out, w.dequantize().t(), atol=0, rtol=2 ** -10)
+
+
+def test_mma_no_rows():
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
+    w = to_mma(packed_weight(128, 32, 4, 128, HALF))
+    out = packed_gemm_mma_triton(randn(0, 128, dtype=HALF), w.qweight, w.scales, w.biases, 128, (16, 64, 2, 4, 2))
+    assert out.shape == (0, 32)
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 200, 511, 512])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (80, 96)])
+def test_mma_default_tiles_fit_the_shape(m, n, k):
+    from gdserve.kernels.triton.packed_gemm_configs import MMA_DEQUANT_MIN_ROWS, mma_config_for
+    config = mma_config_for(m, n, k, 128, torch.device(DEVICE))
+    if m >= MMA_DEQUANT_MIN_ROWS:
+        assert config is None
+        return
+    block_m, block_n, split_k, warps, stages = config
+    assert 16 <= block_m <= 128 and block_m & (block_m - 1) == 0 and block_n in (64, 128)
+    assert split_k >= 1 and warps in (4, 8) and stages >= 2
+    if m <= 128:
+        assert block_m >= m  # one tile of rows: the weight is read once

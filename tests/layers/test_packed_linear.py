@@ -3,6 +3,7 @@ import pytest
 import torch
 from torch import nn
 
+from gdserve.kernels.packed_gemm import to_mma
 from gdserve.layers.packed_linear import PackedLinear, pack_linears
 from gdserve.quant.rtn import rtn_quantize
 
@@ -36,6 +37,28 @@ def test_mismatched_shards_are_named():
     layer.load_shard(0, rtn_quantize(torch.randn(64, 16), 4, 32), perm=torch.randperm(64))
     with pytest.raises(ValueError, match="orders the input rows differently"):
         layer.load_shard(1, rtn_quantize(torch.randn(64, 16), 4, 32), perm=torch.randperm(64))
+
+
+def test_finish_loading_keeps_the_rows_layout_on_the_cpu_and_closes_the_layer():
+    layer = PackedLinear(128, [16], bits=4, group_size=64, bias=False)
+    weight = rtn_quantize(torch.randn(128, 16), 4, 64)
+    layer.load_shard(0, weight)
+    layer.finish_loading()
+    assert layer.layout == "rows" and torch.equal(layer.packed.dequantize(), weight.dequantize())
+
+
+def test_a_layer_in_the_mma_layout_computes_the_same_and_takes_no_more_shards():
+    layer = PackedLinear(128, [16], bits=4, group_size=64, bias=True)
+    weight = rtn_quantize(torch.randn(128, 16), 4, 64)
+    layer.load_shard(0, weight)
+    layer.bias.data.normal_()
+    x = torch.randn(3, 128)
+    expected = layer(x)
+    layer.qweight, layer.layout = to_mma(layer.packed).qweight, "mma"  # as finish_loading does on CUDA
+    torch.testing.assert_close(layer(x), expected)
+    assert "layout=mma" in repr(layer)
+    with pytest.raises(ValueError, match="already repacked for the device"):
+        layer.load_shard(0, weight)
 
 
 def test_perm_reorders_the_input_columns():
