@@ -12,6 +12,8 @@ the group's scale and bias applied to the tile's sums:
     sum_k x (q s + b) = s * sum_k x (OFFSET + q) + (b - OFFSET s) * sum_k x.
 With narrower groups each weight is dequantized in float32 and rounded to x's dtype first, as
 the reference does."""
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -23,19 +25,36 @@ _MAGIC = {torch.bfloat16: (0x4300, 128.0), torch.float16: (0x6400, 1024.0)}
 
 
 @triton.jit
-def _unpack_words(words, MAGIC: tl.constexpr):
-    """words int32 [BLOCK_N, 4 (t), 4 (w)] -> int32 [BLOCK_N, t, w, 2 (a), 2 (c), 2 (e)] holding
-    the code of k = 32 w + 16 e + 8 c + 2 t + a, as MAGIC | q (the low 16 bits of a float that
-    reads OFFSET + q), or q where MAGIC is 0."""
-    a = tl.join(words & 0x0F0F0F0F, (words >> 4) & 0x0F0F0F0F)
-    c = tl.join(a & 0x00FF00FF, (a >> 8) & 0x00FF00FF) | (MAGIC * 0x10001)
-    return tl.join(c & 0xFFFF, (c >> 16) & 0xFFFF)
+def _nibble_pairs(words, MAGIC: tl.constexpr):
+    """words int32 [BLOCK_N, 4 (t), 4 (w)] -> int32 [BLOCK_N, t, w, 2 (a), 2 (c)], each holding
+    two codes, of k = 32 w + 8 c + 2 t + a (low half) and of k + 16 (high half), each as
+    MAGIC | q: the bits of a 16-bit float that reads OFFSET + q (q itself where MAGIC is 0)."""
+    shifted = tl.join(words, words >> 4)
+    shifted = tl.join(shifted, shifted >> 8)
+    return (shifted & 0x000F000F) | (MAGIC * 0x10001)
+
+
+@triton.jit
+def _split_pairs(pairs):
+    """[..., a, c] of two 16-bit halves -> int32 [..., a, c, 2 (e)]: e 0 the low half."""
+    return tl.join(pairs & 0xFFFF, (pairs >> 16) & 0xFFFF)
+
+
+@triton.jit
+def _as_halves(pairs, like, USE_ASM: tl.constexpr):
+    """_nibble_pairs' words as the two 16-bit floats each holds: [..., a, c, 2 (e)] of like's dtype.
+    Compiled, each word becomes the register of the two values as it is (a move the compiler
+    drops); the interpreter, which runs no PTX, splits and joins the halves."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r", [tl.join(pairs, pairs)], dtype=like.dtype,
+                                         is_pure=True, pack=2)
+    return _split_pairs(pairs).to(tl.int16).to(like.dtype, bitcast=True)
 
 
 @triton.jit
 def _k_order(values):
     """[BLOCK_N, t, w, a, c, e] -> [BLOCK_N, 128] with k = 32 w + 16 e + 8 c + 2 t + a: a
-    relabelling of each thread's registers, no data moves."""
+    relabelling of each thread's registers (the tensor cores' operand layout), no data moves."""
     return tl.reshape(tl.permute(values, (0, 2, 5, 4, 1, 3)), (values.shape[0], 128))
 
 
@@ -49,7 +68,7 @@ def _exact_float(q):
 def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_om,
                             GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAGIC: tl.constexpr,
-                            OFFSET: tl.constexpr):
+                            OFFSET: tl.constexpr, USE_ASM: tl.constexpr):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -60,31 +79,35 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
     q_ptrs = q_ptr + rn[:, None, None].to(tl.int64) * words_a_row + tl.arange(0, 4)[None, :, None] * 4 + rw[None, None, :]
     x_ptrs = x_ptr + rm[None, :].to(tl.int64) * stride_xm + rk[:, None]
     PRECISION: tl.constexpr = "ieee" if MAGIC == 0 else "tf32"
+    SUM_BY_DOT: tl.constexpr = BLOCK_M <= 32
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
         words = tl.load(q_ptrs + k // 8, mask=n_mask[:, None, None], other=0)
         xt = tl.load(x_ptrs + k, mask=m_mask[None, :] & (k + rk[:, None] < K), other=0.0)  # [BLOCK_K, BLOCK_M]
         if GROUP_SIZE % BLOCK_K == 0:  # one group a tile: the codes go to the tensor cores as they are
             if MAGIC == 0:
-                codes = _k_order(_exact_float(_unpack_words(words, 0)))
+                codes = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
             else:
-                codes = _k_order(_unpack_words(words, MAGIC)).to(tl.int16).to(xt.dtype, bitcast=True)
+                codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt, USE_ASM))
             part = tl.dot(codes, xt, input_precision=PRECISION)
-            x_sum = tl.sum(xt.to(tl.float32), axis=0)
+            if SUM_BY_DOT:  # few rows: the tensor cores, idle anyway, sum x into part's layout
+                x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, xt.dtype), xt, input_precision=PRECISION)
+            else:
+                x_sum = tl.sum(xt.to(tl.float32), axis=0)[None, :]
             g = k // GROUP_SIZE
             scale = tl.load(s_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
             bias = tl.load(b_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
-            acc += part * scale[:, None] + (bias - OFFSET * scale)[:, None] * x_sum[None, :]
+            acc += part * scale[:, None] + (bias - OFFSET * scale)[:, None] * x_sum
         elif BLOCK_K % GROUP_SIZE == 0 and GROUP_SIZE >= 32:  # a group a word (or two): scaled before the dot
             sb_offsets = ((k + rw * 32) // GROUP_SIZE)[None, :] * N + rn[:, None]  # [BLOCK_N, w]
             sb_mask = n_mask[:, None] & (k + rw[None, :] * 32 < K)
             scale = tl.load(s_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
             bias = tl.load(b_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
-            q = _exact_float(_unpack_words(words, 0))
+            q = _exact_float(_split_pairs(_nibble_pairs(words, 0)))
             w = q * scale[:, None, :, None, None, None] + bias[:, None, :, None, None, None]
             acc = tl.dot(_k_order(w).to(xt.dtype), xt, acc, input_precision=PRECISION)
         else:  # any other group size: a scale and bias gathered per weight
-            q = _k_order(_exact_float(_unpack_words(words, 0)))
+            q = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
             sb_offsets = ((k + rk) // GROUP_SIZE)[None, :] * N + rn[:, None]
             sb_mask = n_mask[:, None] & (k + rk[None, :] < K)
             scale = tl.load(s_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
@@ -110,13 +133,17 @@ def _dequantize_mma_kernel(q_ptr, s_ptr, b_ptr, out_ptr, N, K, GROUP_SIZE: tl.co
     words = tl.load(q_ptr + rn[:, None, None].to(tl.int64) * words_a_row + k // 8 +
                     tl.arange(0, 4)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :],
                     mask=n_mask[:, None, None], other=0)
-    q = _k_order(_exact_float(_unpack_words(words, 0)))
+    q = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
     mask = n_mask[:, None] & (rk[None, :] < K)
     g_offsets = (rk // GROUP_SIZE)[None, :] * N + rn[:, None]
     scale = tl.load(s_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
     bias = tl.load(b_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rn[:, None].to(tl.int64) * K + rk[None, :], (q * scale + bias).to(out_ptr.dtype.element_ty),
              mask=mask)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def dequantize_mma_triton(qweight: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
@@ -152,5 +179,6 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
     grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
     _packed_gemm_mma_kernel[grid](x, qweight, scales, biases, out, M, N, K, x.stride(0), out.stride(0),
                                   GROUP_SIZE=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=TILE_K,
-                                  SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, num_warps=warps, num_stages=stages)
+                                  SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, USE_ASM=not interpreting(),
+                                  num_warps=warps, num_stages=stages)
     return out.to(x.dtype)
