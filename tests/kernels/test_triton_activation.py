@@ -20,7 +20,7 @@ def test_matches_reference(rows, inter, dtype):
     torch.testing.assert_close(out, silu_and_mul_reference(x), **tol)
 
 
-@pytest.mark.parametrize("rows,inter", SHAPES + [(2, 5000)])
+@pytest.mark.parametrize("rows,inter", SHAPES + [(2, 5000), (2, 20000)])  # one pass; two, past ONE_PASS_MAX
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fp8_output_is_the_quantized_product(rows, inter, dtype):
     from gdserve.kernels.triton.activation import silu_and_mul_quant_fp8_triton
