@@ -13,7 +13,7 @@ from gdserve.kernels.triton.packed_gemm_configs import (DEQUANT_MIN_ROWS, GEMV_M
 
 
 @triton.jit
-def _to_float(q):
+def exact_float(q):
     """Small non-negative int32s as exact float32s: put into the mantissa of 2**23, which is then
     subtracted (two full-rate instructions where an int-to-float conversion is a quarter-rate one)."""
     return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
@@ -28,7 +28,7 @@ def _unpack_tile(words, BITS: tl.constexpr):
     BLOCK_N: tl.constexpr = words.shape[1]
     shifts = tl.arange(0, PER_WORD) * BITS
     q = (words[:, None, :] >> shifts[None, :, None]) & ((1 << BITS) - 1)
-    return _to_float(tl.reshape(q, (BLOCK_KW * PER_WORD, BLOCK_N)))
+    return exact_float(tl.reshape(q, (BLOCK_KW * PER_WORD, BLOCK_N)))
 
 
 @triton.jit
@@ -105,7 +105,7 @@ def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, N, K, stride_xm, st
             x_sum = tl.zeros((BLOCK_KW,), dtype=tl.float32)
             for j in tl.static_range(PER_WORD):
                 xj = tl.load(x_row + k + j).to(tl.float32)
-                part += _to_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * xj[:, None]
+                part += exact_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * xj[:, None]
                 x_sum += xj
             g = k // GROUP_SIZE
             scale = tl.load(s_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
@@ -118,7 +118,7 @@ def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, N, K, stride_xm, st
                 g_offsets = ((k + rkw * PER_WORD + j) // GROUP_SIZE)[:, None] * N + rn[None, :]
                 scale = tl.load(s_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
                 bias = tl.load(b_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
-                w = _to_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
+                w = exact_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
                 acc += tl.sum(w * xj[:, None], axis=0)
     out_ptrs = out_ptr + pid_m.to(tl.int64) * stride_om + rn
     if SPLIT_K == 1:
@@ -140,7 +140,7 @@ def _dequantize_kernel(q_ptr, s_ptr, b_ptr, out_ptr, N, K, BITS: tl.constexpr, G
         g_offsets = (k // GROUP_SIZE)[:, None].to(tl.int64) * N + rn[None, :]
         scale = tl.load(s_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
         bias = tl.load(b_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
-        w = _to_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
+        w = exact_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
         tl.store(out_ptr + k[:, None].to(tl.int64) * N + rn[None, :], w.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gdserve.kernels.triton.packed_gemm import exact_float
 from gdserve.kernels.triton.packed_gemm_configs import MmaConfig, mma_config_for
 
 TILE_K = 128
@@ -59,12 +60,6 @@ def _k_order(values):
 
 
 @triton.jit
-def _exact_float(q):
-    """Small non-negative int32s as exact float32s (see packed_gemm._to_float)."""
-    return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
 def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_om,
                             GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAGIC: tl.constexpr,
@@ -76,7 +71,8 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
     rw = tl.arange(0, 4)
     n_mask, m_mask = rn < N, rm < M
     words_a_row = tl.cdiv(K, BLOCK_K) * (BLOCK_K // 8)
-    q_ptrs = q_ptr + rn[:, None, None].to(tl.int64) * words_a_row + tl.arange(0, 4)[None, :, None] * 4 + rw[None, None, :]
+    q_ptrs = q_ptr + rn[:, None, None].to(tl.int64) * words_a_row + \
+        tl.arange(0, 4)[None, :, None] * 4 + rw[None, None, :]
     x_ptrs = x_ptr + rm[None, :].to(tl.int64) * stride_xm + rk[:, None]
     PRECISION: tl.constexpr = "ieee" if MAGIC == 0 else "tf32"
     SUM_BY_DOT: tl.constexpr = BLOCK_M <= 32
@@ -86,7 +82,7 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
         xt = tl.load(x_ptrs + k, mask=m_mask[None, :] & (k + rk[:, None] < K), other=0.0)  # [BLOCK_K, BLOCK_M]
         if GROUP_SIZE % BLOCK_K == 0:  # one group a tile: the codes go to the tensor cores as they are
             if MAGIC == 0:
-                codes = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
+                codes = _k_order(exact_float(_split_pairs(_nibble_pairs(words, 0))))
             else:
                 codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt, USE_ASM))
             part = tl.dot(codes, xt, input_precision=PRECISION)
@@ -103,11 +99,11 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
             sb_mask = n_mask[:, None] & (k + rw[None, :] * 32 < K)
             scale = tl.load(s_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
             bias = tl.load(b_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
-            q = _exact_float(_split_pairs(_nibble_pairs(words, 0)))
+            q = exact_float(_split_pairs(_nibble_pairs(words, 0)))
             w = q * scale[:, None, :, None, None, None] + bias[:, None, :, None, None, None]
             acc = tl.dot(_k_order(w).to(xt.dtype), xt, acc, input_precision=PRECISION)
         else:  # any other group size: a scale and bias gathered per weight
-            q = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
+            q = _k_order(exact_float(_split_pairs(_nibble_pairs(words, 0))))
             sb_offsets = ((k + rk) // GROUP_SIZE)[None, :] * N + rn[:, None]
             sb_mask = n_mask[:, None] & (k + rk[None, :] < K)
             scale = tl.load(s_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
@@ -133,7 +129,7 @@ def _dequantize_mma_kernel(q_ptr, s_ptr, b_ptr, out_ptr, N, K, GROUP_SIZE: tl.co
     words = tl.load(q_ptr + rn[:, None, None].to(tl.int64) * words_a_row + k // 8 +
                     tl.arange(0, 4)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :],
                     mask=n_mask[:, None, None], other=0)
-    q = _k_order(_exact_float(_split_pairs(_nibble_pairs(words, 0))))
+    q = _k_order(exact_float(_split_pairs(_nibble_pairs(words, 0))))
     mask = n_mask[:, None] & (rk[None, :] < K)
     g_offsets = (rk // GROUP_SIZE)[None, :] * N + rn[:, None]
     scale = tl.load(s_ptr + g_offsets, mask=mask, other=0.0).to(tl.float32)
