@@ -8,6 +8,12 @@ from gdserve.layers.packed_linear import PackedLinear, pack_linears
 from gdserve.quant.rtn import rtn_quantize
 
 
+def assert_close_to(out: torch.Tensor, expected: torch.Tensor) -> None:
+    """The CPU's native kernel sums in another order than torch's matmul: float32 rounding of
+    the largest terms, not of each (possibly cancelled) output."""
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
 def test_shards_load_into_their_columns_and_the_forward_adds_the_bias():
     layer = PackedLinear(64, [32, 16], bits=4, group_size=32, bias=True)
     first, second = rtn_quantize(torch.randn(64, 32), 4, 32), rtn_quantize(torch.randn(64, 16), 4, 32)
@@ -16,7 +22,7 @@ def test_shards_load_into_their_columns_and_the_forward_adds_the_bias():
     layer.bias.data.normal_()
     x = torch.randn(2, 3, 64)
     expected = x @ torch.cat([first.dequantize(), second.dequantize()], dim=1) + layer.bias
-    torch.testing.assert_close(layer(x), expected)
+    assert_close_to(layer(x), expected)
     assert layer.num_bytes() == (64 // 8 * 48) * 4 + 2 * (2 * 48) * 4
 
 
@@ -66,7 +72,7 @@ def test_perm_reorders_the_input_columns():
     weight, perm = rtn_quantize(torch.randn(64, 16), 4, 32), torch.randperm(64)
     layer.load_shard(0, weight, perm)
     x = torch.randn(5, 64)
-    torch.testing.assert_close(layer(x), x[:, perm] @ weight.dequantize())
+    assert_close_to(layer(x), x[:, perm] @ weight.dequantize())
 
 
 def test_pack_linears_swaps_all_but_the_skipped_or_names_the_layer_it_cannot_pack():
