@@ -1,6 +1,7 @@
 """GPU checks in one run (`make test-gpu` on the H200): the Triton kernel tests at real shapes,
 the decode kernel's speed and effective bandwidth against the measured copy bandwidth, and the
-engine's greedy tokens against HF transformers on the same random weights.
+engine's greedy tokens against HF transformers on the same random weights (4-bit weights: HF on
+the engine's weights dequantized).
 
 Runs under the device image's python3 without installing gdserve, and imports nothing of the
 server (no fastapi, uvicorn, pydantic, gguf, prometheus_client). The engine loads gdserve.grammar,
@@ -249,9 +250,12 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         attention = "sdpa"
         if kv_cache_dtype != "auto":
             attention = rounded_kv_attention(EngineConfig(kv_cache_dtype=kv_cache_dtype).torch_kv_cache_dtype())
-        # The dummy weights again, unquantized (the same seed), for HF to round its own way.
+        # The dummy weights again, unquantized (the same seed), for HF to round its own way; with
+        # 4-bit weights, the engine's own, dequantized.
         source = llm.engine.model if quantization is None else \
             load_model(tmp, getattr(torch, dtype), DEVICE, load_format="dummy")[0]
+        if quantization == "awq":
+            copy_dequantized(llm.engine.model, source)
         hf = hf_model_from(source, AutoConfig.from_pretrained(tmp), attention=attention)
         if quantization is not None:
             fake_quant_fp8_linears(hf)
@@ -297,6 +301,14 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
             "passed": identical >= 0.95 or near_ties or as_close_as_hf(against_fp32, quantization)}
 
 
+def copy_dequantized(packed_model, dense_model) -> None:
+    """Each PackedLinear's weight, dequantized, into the dense model's layer of the same name."""
+    from gdserve.layers.packed_linear import PackedLinear
+    for name, module in packed_model.named_modules():
+        if isinstance(module, PackedLinear):
+            dense_model.get_submodule(name).weight.data.copy_(module.packed.dequantize().t())
+
+
 def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
     """W8A8 at real shapes is chaotic under any difference in rounding: a value near an fp8
     rounding boundary moves a whole fp8 step (~6%) for a 1e-7 change, and each layer spreads
@@ -315,7 +327,7 @@ def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
 
 
 CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",
-          "engine_fp8_weights": "fp8 weights (W8A8)"}
+          "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ, mma layout)"}
 
 
 def main() -> int:
@@ -340,6 +352,8 @@ def main() -> int:
         # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125).
         results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
         results["engine_fp8_weights"] = engine_check(quantization="fp8", tolerance=0.25)  # as_close_as_hf
+        # HF multiplies the dequantized weights rounded to bf16; the 4-bit kernel scales exact codes.
+        results["engine_awq"] = engine_check(quantization="awq")
         for key in CHECKS:
             log(key, json.dumps(results[key], indent=1))
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel
