@@ -60,6 +60,23 @@ def test_logits_and_greedy_tokens_match_the_dequantized_model(request, fixture):
     assert tokens["packed"] == tokens["dense"]
 
 
+@pytest.mark.parametrize("fixture", FORMATS)
+def test_a_device_that_takes_the_mma_layout_gets_every_4_bit_layer_repacked(request, fixture, monkeypatch):
+    """As on CUDA: the loader repacks each 4-bit layer once its shards are in (finish_loading);
+    8-bit layers keep the rows layout. The CPU multiplies an mma weight as the rows one."""
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.layers import packed_linear
+    rows, _ = load_pair(request, fixture)
+    monkeypatch.setattr(packed_linear, "device_layout", lambda w: to_mma(w) if w.bits == 4 else w)
+    mma, _ = load_pair(request, fixture)
+    for name, layer in packed_layers(mma).items():
+        assert layer.layout == ("mma" if layer.bits == 4 else "rows"), name
+        assert torch.equal(layer.packed.dequantize(), packed_layers(rows)[name].packed.dequantize()), name
+    assert any(layer.layout == "mma" for layer in packed_layers(mma).values())
+    torch.testing.assert_close(run_prefill_and_decode(mma, PROMPT, 20), run_prefill_and_decode(rows, PROMPT, 20),
+                               atol=0, rtol=0)
+
+
 def engine(path) -> LLM:
     return LLM(str(path), dtype="float32", device="cpu", kv_cache_memory=1 << 20, block_size=4,
                max_model_len=128, grammar_compile_workers=1)
