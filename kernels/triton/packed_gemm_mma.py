@@ -87,7 +87,7 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
                 codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt, USE_ASM))
             part = tl.dot(codes, xt, input_precision=PRECISION)
             if SUM_BY_DOT:  # few rows: the tensor cores, idle anyway, sum x into part's layout
-                x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, xt.dtype), xt, input_precision=PRECISION)
+                x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, tl.float32).to(xt.dtype), xt, input_precision=PRECISION)
             else:
                 x_sum = tl.sum(xt.to(tl.float32), axis=0)[None, :]
             g = k // GROUP_SIZE

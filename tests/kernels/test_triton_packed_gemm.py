@@ -111,7 +111,7 @@ MMA_FORMATS = [(128, 256), (32, 256), (64, 192), (-1, 384), (96, 288)] if not ON
 @pytest.mark.parametrize("m", [1, 5, 19] if not ON_CUDA else [1, 16, 77, 200])
 @pytest.mark.parametrize("config", MMA_CONFIGS, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("group_size,k", MMA_FORMATS)
-@pytest.mark.parametrize("dtype", [torch.float32, HALF])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])  # each its own code bits
 def test_mma_kernel_matches_reference(m, config, group_size, k, dtype):
     from gdserve.kernels.packed_gemm import to_mma
     from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
