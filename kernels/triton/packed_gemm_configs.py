@@ -93,9 +93,13 @@ def mma_config_for(M: int, N: int, K: int, group_size: int, device: torch.device
     if M >= MMA_DEQUANT_MIN_ROWS:
         return None
     block_m = min(max(16, 1 << (M - 1).bit_length()), 128)
-    block_n = 64 if M <= 64 else 128
+    # A group size that neither spans a tile nor divides one into words has its scales and biases
+    # gathered a weight each, through shared memory: smaller tiles, fewer stages.
+    gathered = group_size % 128 != 0 and (128 % group_size != 0 or group_size < 32)
+    block_n = 64 if M <= 64 or gathered else 128
     tiles = -(-N // block_n) * -(-M // block_m)
     split_k = 1
     while tiles * split_k < 2 * NUM_SMS_SM90 and K // (128 * split_k) >= 8:
         split_k *= 2
-    return (block_m, block_n, split_k, 4 if block_n == 64 else 8, 4 if M <= 16 else 3)
+    stages = 2 if gathered else 4 if M <= 16 else 3
+    return (block_m, block_n, split_k, 4 if block_n == 64 else 8, stages)

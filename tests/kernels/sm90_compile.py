@@ -189,11 +189,11 @@ def packed_dequantize(bits: int, dtype: torch.dtype = BF16) -> None:
 
 
 def packed_gemm_mma(rows: int, group_size: int = 128, dtype: torch.dtype = BF16,
-                    configs: list | None = None) -> None:
+                    configs: list | None = None, shapes: tuple = LLAMA3_8B_LINEAR) -> None:
     """The mma layout's kernel at each of Llama-3-8B's shapes: the given tiles, else the default
     path's for `rows` (the fused kernel, or the dequantize kernel and cuBLAS)."""
     from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
-    for K, N in LLAMA3_8B_LINEAR:
+    for K, N in shapes:
         qweight = torch.zeros(N, -(-K // 128) * 16, dtype=torch.int32)
         scales = torch.zeros(K // group_size, N, dtype=dtype)
         x = torch.zeros(rows, K, dtype=dtype)
@@ -262,6 +262,10 @@ def _cases() -> dict[str, Callable[[], None]]:
     cases["packed-gemm-mma-m16-fp16"] = lambda: packed_gemm_mma(16, dtype=torch.float16)
     cases["packed-gemm-mma-m16-fp32"] = lambda: packed_gemm_mma(16, dtype=FP32)
     cases["packed-gemm-mma-m16-per-channel"] = lambda: packed_gemm_mma(16, group_size=4096)
+    # a group size that neither divides a tile nor is a multiple of one: scales gathered a weight each
+    for rows in (16, 256):
+        cases[f"packed-gemm-mma-m{rows}-g96"] = \
+            lambda r=rows: packed_gemm_mma(r, group_size=96, shapes=((4032, 4096),))
     cases["packed-gemm-mma-tiles"] = lambda: packed_gemm_mma(64, configs=[(16, 64, 4, 4, 4), (64, 128, 1, 8, 3),
                                                                           (128, 128, 1, 8, 3), (32, 32, 2, 4, 3)])
     for bits in (4, 8):
