@@ -19,6 +19,9 @@ DEQUANT_BLOCK_ELEMENTS = 1 << 18
 MMA_TILE_K = 128
 # Columns repacked at a time (bounds the int64 scratch to_mma needs).
 MMA_REPACK_COLUMNS = 2048
+# Whether CUDA loads 4-bit weights into the mma layout. Off: on an H100 the mma kernel's default
+# tiles are slower than the rows layout's kernels but near 16 rows (docs/benchmarks.md).
+MMA_BY_DEFAULT = False
 
 
 @dataclass
@@ -126,8 +129,8 @@ def _mma_words(q: torch.Tensor) -> torch.Tensor:
 
 def device_layout(w: PackedWeight) -> PackedWeight:
     """The layout the weight's device multiplies fastest: mma for 4-bit weights where the Triton
-    kernels run, rows elsewhere (the CPU's native kernel, and 8-bit weights)."""
-    if w.bits == 4 and use_triton(w.qweight, "packed_gemm"):
+    kernels run and MMA_BY_DEFAULT is set, rows elsewhere (the CPU's native kernel, 8-bit weights)."""
+    if MMA_BY_DEFAULT and w.bits == 4 and use_triton(w.qweight, "packed_gemm"):
         return to_mma(w)
     return to_rows(w)
 

@@ -327,7 +327,7 @@ def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
 
 
 CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",
-          "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ, mma layout)"}
+          "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ)"}
 
 
 def main() -> int:
@@ -352,7 +352,7 @@ def main() -> int:
         # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125).
         results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
         results["engine_fp8_weights"] = engine_check(quantization="fp8", tolerance=0.25)  # as_close_as_hf
-        # HF multiplies the dequantized weights rounded to bf16; the 4-bit kernel scales exact codes.
+        # HF multiplies the dequantized weights rounded to bf16; the packed kernels scale exact codes.
         results["engine_awq"] = engine_check(quantization="awq")
         for key in CHECKS:
             log(key, json.dumps(results[key], indent=1))

@@ -12,8 +12,6 @@ the group's scale and bias applied to the tile's sums:
     sum_k x (q s + b) = s * sum_k x (OFFSET + q) + (b - OFFSET s) * sum_k x.
 With narrower groups each weight is dequantized in float32 and rounded to x's dtype first, as
 the reference does."""
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -42,13 +40,8 @@ def _split_pairs(pairs):
 
 
 @triton.jit
-def _as_halves(pairs, like, USE_ASM: tl.constexpr):
-    """_nibble_pairs' words as the two 16-bit floats each holds: [..., a, c, 2 (e)] of like's dtype.
-    Compiled, each word becomes the register of the two values as it is (a move the compiler
-    drops); the interpreter, which runs no PTX, splits and joins the halves."""
-    if USE_ASM:
-        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r", [tl.join(pairs, pairs)], dtype=like.dtype,
-                                         is_pure=True, pack=2)
+def _as_halves(pairs, like):
+    """_nibble_pairs' words as the two 16-bit floats each holds: [..., a, c, 2 (e)] of like's dtype."""
     return _split_pairs(pairs).to(tl.int16).to(like.dtype, bitcast=True)
 
 
@@ -63,7 +56,7 @@ def _k_order(values):
 def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_om,
                             GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAGIC: tl.constexpr,
-                            OFFSET: tl.constexpr, USE_ASM: tl.constexpr):
+                            OFFSET: tl.constexpr):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -84,7 +77,7 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
             if MAGIC == 0:
                 codes = _k_order(exact_float(_split_pairs(_nibble_pairs(words, 0))))
             else:
-                codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt, USE_ASM))
+                codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt))
             part = tl.dot(codes, xt, input_precision=PRECISION)
             if SUM_BY_DOT:  # few rows: the tensor cores, idle anyway, sum x into part's layout
                 x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, tl.float32).to(xt.dtype), xt, input_precision=PRECISION)
@@ -138,10 +131,6 @@ def _dequantize_mma_kernel(q_ptr, s_ptr, b_ptr, out_ptr, N, K, GROUP_SIZE: tl.co
              mask=mask)
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def dequantize_mma_triton(qweight: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
                           group_size: int) -> torch.Tensor:
     """W^T [N, K] in the scales' dtype: the PackedWeight's dequantize, transposed."""
@@ -175,6 +164,6 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
     grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
     _packed_gemm_mma_kernel[grid](x, qweight, scales, biases, out, M, N, K, x.stride(0), out.stride(0),
                                   GROUP_SIZE=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=TILE_K,
-                                  SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, USE_ASM=not interpreting(),
-                                  num_warps=warps, num_stages=stages)
+                                  SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, num_warps=warps,
+                                  num_stages=stages)
     return out.to(x.dtype)
