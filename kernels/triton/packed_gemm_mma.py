@@ -7,11 +7,12 @@ weight words in 16-byte runs and unpacks them with masks, shifts and joins alone
 registers (the layout is made for that), as 16-bit floats by the exponent trick: code q under
 the bits of 128.0 (bfloat16) or 1024.0 (float16) reads as 128 + q or 1024 + q, exactly.
 
-Where a tile of 128 values of K lies within one group, the codes are multiplied as they are and
-the group's scale and bias applied to the tile's sums:
-    sum_k x (q s + b) = s * sum_k x (OFFSET + q) + (b - OFFSET s) * sum_k x.
-With narrower groups each weight is dequantized in float32 and rounded to x's dtype first, as
-the reference does."""
+With few rows (up to 32 a tile) and a tile of 128 values of K within one group, the codes are
+multiplied as they are and the group's scale and bias applied to the tile's sums:
+    sum_k x (q s + b) = s * sum_k x (OFFSET + q) + (b - OFFSET s) * sum_k x,
+x's sums by a dot with an operand of ones (the tensor cores are idle at few rows). Otherwise each
+weight is dequantized in float32, a scale and bias per word of codes, and rounded to x's dtype
+first, as the reference does (a sum of x across threads would cost more than that)."""
 import torch
 import triton
 import triton.language as tl
@@ -68,26 +69,25 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
         tl.arange(0, 4)[None, :, None] * 4 + rw[None, None, :]
     x_ptrs = x_ptr + rm[None, :].to(tl.int64) * stride_xm + rk[:, None]
     PRECISION: tl.constexpr = "ieee" if MAGIC == 0 else "tf32"
-    SUM_BY_DOT: tl.constexpr = BLOCK_M <= 32
+    FACTORED: tl.constexpr = GROUP_SIZE % BLOCK_K == 0 and BLOCK_M <= 32
+    PER_WORD: tl.constexpr = GROUP_SIZE % BLOCK_K == 0 or (BLOCK_K % GROUP_SIZE == 0 and GROUP_SIZE >= 32)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
         words = tl.load(q_ptrs + k // 8, mask=n_mask[:, None, None], other=0)
         xt = tl.load(x_ptrs + k, mask=m_mask[None, :] & (k + rk[:, None] < K), other=0.0)  # [BLOCK_K, BLOCK_M]
-        if GROUP_SIZE % BLOCK_K == 0:  # one group a tile: the codes go to the tensor cores as they are
+        if FACTORED:  # few rows, one group a tile: the codes go to the tensor cores as they are
             if MAGIC == 0:
                 codes = _k_order(exact_float(_split_pairs(_nibble_pairs(words, 0))))
             else:
                 codes = _k_order(_as_halves(_nibble_pairs(words, MAGIC), xt))
             part = tl.dot(codes, xt, input_precision=PRECISION)
-            if SUM_BY_DOT:  # few rows: the tensor cores, idle anyway, sum x into part's layout
-                x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, tl.float32).to(xt.dtype), xt, input_precision=PRECISION)
-            else:
-                x_sum = tl.sum(xt.to(tl.float32), axis=0)[None, :]
+            # x's sums, by the tensor cores (idle at few rows), straight into part's layout
+            x_sum = tl.dot(tl.full((BLOCK_N, BLOCK_K), 1.0, tl.float32).to(xt.dtype), xt, input_precision=PRECISION)
             g = k // GROUP_SIZE
             scale = tl.load(s_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
             bias = tl.load(b_ptr + g * N + rn, mask=n_mask, other=0.0).to(tl.float32)
             acc += part * scale[:, None] + (bias - OFFSET * scale)[:, None] * x_sum
-        elif BLOCK_K % GROUP_SIZE == 0 and GROUP_SIZE >= 32:  # a group a word (or two): scaled before the dot
+        elif PER_WORD:  # a group a word or more: each word's codes scaled before the dot
             sb_offsets = ((k + rw * 32) // GROUP_SIZE)[None, :] * N + rn[:, None]  # [BLOCK_N, w]
             sb_mask = n_mask[:, None] & (k + rw[None, :] * 32 < K)
             scale = tl.load(s_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
