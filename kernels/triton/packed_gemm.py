@@ -20,6 +20,24 @@ def exact_float(q):
 
 
 @triton.jit
+def store_tile(out_ptrs, acc, mask, SPLIT_K: tl.constexpr):
+    """A program's float32 sums: stored in the output's dtype, or, split over K, added into the
+    zeroed float32 buffer split_k_output made."""
+    if SPLIT_K == 1:
+        tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+
+
+def split_k_output(M: int, N: int, split_k: int, x: torch.Tensor) -> torch.Tensor:
+    """The [M, N] buffer a packed GEMM's programs write: x's dtype, or, split over K, float32
+    zeros that the programs add their partial sums into (the caller casts it to x's dtype)."""
+    if split_k > 1:
+        return torch.zeros(M, N, dtype=torch.float32, device=x.device)
+    return torch.empty(M, N, dtype=x.dtype, device=x.device)
+
+
+@triton.jit
 def _unpack_tile(words, BITS: tl.constexpr):
     """words int32 [BLOCK_KW, BLOCK_N] -> q float32 [BLOCK_KW * (32 // BITS), BLOCK_N], row
     kw * (32 // BITS) + j from bits j * BITS upwards of word row kw."""
@@ -71,10 +89,7 @@ def _packed_gemm_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm,
             acc = tl.dot(x, (q * scale + bias).to(x.dtype), acc, input_precision=PRECISION)
     out_ptrs = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
     mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+    store_tile(out_ptrs, acc, mask, SPLIT_K)
 
 
 @triton.jit
@@ -121,10 +136,7 @@ def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, N, K, stride_xm, st
                 w = exact_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
                 acc += tl.sum(w * xj[:, None], axis=0)
     out_ptrs = out_ptr + pid_m.to(tl.int64) * stride_om + rn
-    if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=n_mask)
-    else:
-        tl.atomic_add(out_ptrs, acc, mask=n_mask, sem="relaxed")
+    store_tile(out_ptrs, acc, n_mask, SPLIT_K)
 
 
 @triton.jit
@@ -170,9 +182,7 @@ def packed_gemm_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Ten
         config = gemv_config_for(M, N, K, bits, group_size, x.device) if M <= GEMV_MAX_ROWS else \
             config_for(M, N, K, bits, group_size, x.device)
     split_k = config[2] if len(config) == 4 else config[3]
-    # Split over K, the programs add float32 partial sums into one zeroed buffer.
-    out = torch.zeros(M, N, dtype=torch.float32, device=x.device) if split_k > 1 else \
-        torch.empty(M, N, dtype=x.dtype, device=x.device)
+    out = split_k_output(M, N, split_k, x)
     if not M:
         return out.to(x.dtype)
     if len(config) == 4:

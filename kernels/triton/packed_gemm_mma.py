@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.triton.packed_gemm import exact_float
+from gdserve.kernels.triton.packed_gemm import exact_float, split_k_output, store_tile
 from gdserve.kernels.triton.packed_gemm_configs import MmaConfig, mma_config_for
 
 TILE_K = 128
@@ -104,10 +104,7 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
             acc = tl.dot((q * scale + bias).to(xt.dtype), xt, acc, input_precision=PRECISION)
     out_ptrs = out_ptr + rm[None, :].to(tl.int64) * stride_om + rn[:, None]
     mask = n_mask[:, None] & m_mask[None, :]
-    if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+    store_tile(out_ptrs, acc, mask, SPLIT_K)
 
 
 @triton.jit
@@ -155,9 +152,7 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
         if config is None:
             return torch.nn.functional.linear(x, dequantize_mma_triton(qweight, scales, biases, group_size))
     block_m, block_n, split_k, warps, stages = config
-    # Split over K, the programs add float32 partial sums into one zeroed buffer.
-    out = torch.zeros(M, N, dtype=torch.float32, device=x.device) if split_k > 1 else \
-        torch.empty(M, N, dtype=x.dtype, device=x.device)
+    out = split_k_output(M, N, split_k, x)
     if not M:
         return out.to(x.dtype)
     magic, offset = _MAGIC.get(x.dtype, (0, 0.0))
