@@ -4,6 +4,8 @@ into one dot's operand. Where a tile lies in one group, the sums factor as
 scales * (x . q) + biases * sum(x) and q goes to the tensor cores as it is (small integers are
 exact in bf16). Above that row count
 the weight is dequantized to x's dtype once and cuBLAS multiplies at its full rate."""
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -20,21 +22,47 @@ def exact_float(q):
 
 
 @triton.jit
-def store_tile(out_ptrs, acc, mask, SPLIT_K: tl.constexpr):
-    """A program's float32 sums: stored in the output's dtype, or, split over K, added into the
-    zeroed float32 buffer split_k_output made."""
+def store_tile(out_ptrs, acc, mask, sums_ptrs, lock_ptr, SPLIT_K: tl.constexpr):
+    """A program's float32 sums, stored in the output's dtype. Split over K, each program adds its
+    share into the float32 workspace (sums_ptrs, split_k_buffers) and counts itself in at
+    lock_ptr; the last of the tile's programs takes the sums, stores them and leaves the sums and
+    the count zero for the next GEMM: one kernel, no memset or cast around it."""
     if SPLIT_K == 1:
         tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=mask)
     else:
-        tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+        tl.atomic_add(sums_ptrs, acc, mask=mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's share is in before the count says so
+        if tl.atomic_add(lock_ptr, 1, sem="acq_rel") == SPLIT_K - 1:
+            total = tl.load(sums_ptrs, mask=mask, other=0.0, cache_modifier=".cg")  # from L2, where the adds went
+            tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=mask)
+            tl.store(sums_ptrs, tl.zeros_like(acc), mask=mask)
+            tl.store(lock_ptr, 0)
 
 
-def split_k_output(M: int, N: int, split_k: int, x: torch.Tensor) -> torch.Tensor:
-    """The [M, N] buffer a packed GEMM's programs write: x's dtype, or, split over K, float32
-    zeros that the programs add their partial sums into (the caller casts it to x's dtype)."""
-    if split_k > 1:
-        return torch.zeros(M, N, dtype=torch.float32, device=x.device)
-    return torch.empty(M, N, dtype=x.dtype, device=x.device)
+@dataclass
+class SplitKWorkspace:
+    sums: torch.Tensor  # float32, all zero between GEMMs
+    locks: torch.Tensor  # int32 a tile, all zero between GEMMs
+
+
+# Grown, never freed: a captured CUDA graph keeps the addresses of those it ran with.
+_WORKSPACES: dict[torch.device, list[SplitKWorkspace]] = {}
+
+
+def split_k_buffers(out: torch.Tensor, tiles: int, split_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sums and locks store_tile takes for a GEMM into out [M, N] in this many tiles: the
+    device's workspace where split over K (GEMMs on one device share it, so they run one at a
+    time, on one stream, as the engine's do); out itself, unused, where not."""
+    if split_k == 1:
+        return out, out
+    (M, N), device = out.shape, out.device
+    spaces = _WORKSPACES.setdefault(device, [])
+    if not spaces or spaces[-1].sums.numel() < M * N or spaces[-1].locks.numel() < tiles:
+        sums = max(M * N, spaces[-1].sums.numel() if spaces else 0)
+        locks = max(tiles, spaces[-1].locks.numel() if spaces else 0)
+        spaces.append(SplitKWorkspace(torch.zeros(sums, dtype=torch.float32, device=device),
+                                      torch.zeros(locks, dtype=torch.int32, device=device)))
+    return spaces[-1].sums, spaces[-1].locks
 
 
 @triton.jit
@@ -50,7 +78,7 @@ def _unpack_tile(words, BITS: tl.constexpr):
 
 
 @triton.jit
-def _packed_gemm_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_om,
+def _packed_gemm_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, sums_ptr, lock_ptr, M, N, K, stride_xm, stride_om,
                         BITS: tl.constexpr, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                         PRECISION: tl.constexpr):
@@ -88,12 +116,14 @@ def _packed_gemm_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm,
             bias = tl.load(b_ptr + g_offsets, mask=sb_mask, other=0.0).to(tl.float32)
             acc = tl.dot(x, (q * scale + bias).to(x.dtype), acc, input_precision=PRECISION)
     out_ptrs = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
+    sums_ptrs = sums_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
     mask = m_mask[:, None] & n_mask[None, :]
-    store_tile(out_ptrs, acc, mask, SPLIT_K)
+    store_tile(out_ptrs, acc, mask, sums_ptrs, lock_ptr + pid_m * tl.num_programs(0) + pid_n, SPLIT_K)
 
 
 @triton.jit
-def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, N, K, stride_xm, stride_om, BITS: tl.constexpr,
+def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, sums_ptr, lock_ptr, N, K, stride_xm, stride_om,
+                        BITS: tl.constexpr,
                         GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr):
     """One row of x a program: float32 multiply-adds over the j-th values of each word in turn,
@@ -136,7 +166,8 @@ def _packed_gemv_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, N, K, stride_xm, st
                 w = exact_float((words >> (j * BITS)) & ((1 << BITS) - 1)) * scale + bias
                 acc += tl.sum(w * xj[:, None], axis=0)
     out_ptrs = out_ptr + pid_m.to(tl.int64) * stride_om + rn
-    store_tile(out_ptrs, acc, n_mask, SPLIT_K)
+    sums_ptrs = sums_ptr + pid_m.to(tl.int64) * N + rn
+    store_tile(out_ptrs, acc, n_mask, sums_ptrs, lock_ptr + pid_m * tl.num_programs(1) + pid_n, SPLIT_K)
 
 
 @triton.jit
@@ -181,22 +212,23 @@ def packed_gemm_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Ten
     if config is None:
         config = gemv_config_for(M, N, K, bits, group_size, x.device) if M <= GEMV_MAX_ROWS else \
             config_for(M, N, K, bits, group_size, x.device)
-    split_k = config[2] if len(config) == 4 else config[3]
-    out = split_k_output(M, N, split_k, x)
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if not M:
-        return out.to(x.dtype)
+        return out
     if len(config) == 4:
         block_n, block_k, split_k, warps = config
         grid = (M, triton.cdiv(N, block_n), split_k)
-        _packed_gemv_kernel[grid](x, qweight, scales, biases, out, N, K, x.stride(0), out.stride(0), BITS=bits,
+        sums, locks = split_k_buffers(out, grid[0] * grid[1], split_k)
+        _packed_gemv_kernel[grid](x, qweight, scales, biases, out, sums, locks, N, K, x.stride(0), out.stride(0), BITS=bits,
                                   GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
                                   EVEN_K=K % block_k == 0, num_warps=warps)
     else:
         block_m, block_n, block_k, split_k, warps, stages = config
         grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
-        _packed_gemm_kernel[grid](x, qweight, scales, biases, out, M, N, K, x.stride(0), out.stride(0),
+        sums, locks = split_k_buffers(out, grid[0] * grid[1], split_k)
+        _packed_gemm_kernel[grid](x, qweight, scales, biases, out, sums, locks, M, N, K, x.stride(0), out.stride(0),
                                   BITS=bits, GROUP_SIZE=group_size, BLOCK_M=block_m, BLOCK_N=block_n,
                                   BLOCK_K=block_k, SPLIT_K=split_k, EVEN_K=K % block_k == 0,
                                   PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                   num_warps=warps, num_stages=stages)
-    return out.to(x.dtype)
+    return out

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.triton.packed_gemm import exact_float, split_k_output, store_tile
+from gdserve.kernels.triton.packed_gemm import exact_float, split_k_buffers, store_tile
 from gdserve.kernels.triton.packed_gemm_configs import MmaConfig, mma_config_for
 
 TILE_K = 128
@@ -54,7 +54,8 @@ def _k_order(values):
 
 
 @triton.jit
-def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_om,
+def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, sums_ptr, lock_ptr, M, N, K, stride_xm,
+                            stride_om,
                             GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAGIC: tl.constexpr,
                             OFFSET: tl.constexpr):
@@ -103,8 +104,9 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride
             bias = tl.load(b_ptr + sb_offsets, mask=sb_mask, other=0.0).to(tl.float32)
             acc = tl.dot((q * scale + bias).to(xt.dtype), xt, acc, input_precision=PRECISION)
     out_ptrs = out_ptr + rm[None, :].to(tl.int64) * stride_om + rn[:, None]
+    sums_ptrs = sums_ptr + rm[None, :].to(tl.int64) * N + rn[:, None]
     mask = n_mask[:, None] & m_mask[None, :]
-    store_tile(out_ptrs, acc, mask, SPLIT_K)
+    store_tile(out_ptrs, acc, mask, sums_ptrs, lock_ptr + pid_m * tl.num_programs(0) + pid_n, SPLIT_K)
 
 
 @triton.jit
@@ -152,13 +154,14 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
         if config is None:
             return torch.nn.functional.linear(x, dequantize_mma_triton(qweight, scales, biases, group_size))
     block_m, block_n, split_k, warps, stages = config
-    out = split_k_output(M, N, split_k, x)
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if not M:
-        return out.to(x.dtype)
+        return out
     magic, offset = _MAGIC.get(x.dtype, (0, 0.0))
     grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
-    _packed_gemm_mma_kernel[grid](x, qweight, scales, biases, out, M, N, K, x.stride(0), out.stride(0),
+    sums, locks = split_k_buffers(out, grid[0] * grid[1], split_k)
+    _packed_gemm_mma_kernel[grid](x, qweight, scales, biases, out, sums, locks, M, N, K, x.stride(0), out.stride(0),
                                   GROUP_SIZE=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=TILE_K,
                                   SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, num_warps=warps,
                                   num_stages=stages)
-    return out.to(x.dtype)
+    return out
