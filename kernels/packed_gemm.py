@@ -1,6 +1,8 @@
 """The packed-weight GEMM: x [M, K] times a 4-bit or 8-bit weight, dequantized in registers. Every
 quantized format (AWQ, GPTQ, GGUF Q4_0/Q4_1/Q8_0) is repacked by its loader into PackedWeight;
-on CUDA, 4-bit weights are then reordered once more, into the tensor-core layout (to_mma)."""
+on CUDA, 4-bit weights may be reordered once more, into the tensor-core layout (to_mma,
+cuda_packed_layout)."""
+import os
 from dataclasses import dataclass
 
 import torch
@@ -19,9 +21,10 @@ DEQUANT_BLOCK_ELEMENTS = 1 << 18
 MMA_TILE_K = 128
 # Columns repacked at a time (bounds the int64 scratch to_mma needs).
 MMA_REPACK_COLUMNS = 2048
-# Whether CUDA loads 4-bit weights into the mma layout. Off: on an H100 the mma kernel's default
-# tiles are slower than the rows layout's kernels but near 16 rows (docs/benchmarks.md).
-MMA_BY_DEFAULT = False
+# The layout CUDA loads 4-bit weights into where GDSERVE_PACKED_LAYOUT does not say: rows, as the
+# mma kernel's default tiles are slower than the rows layout's kernels but near 16 rows
+# (docs/benchmarks.md).
+CUDA_PACKED_LAYOUT = "rows"
 
 
 @dataclass
@@ -127,10 +130,19 @@ def _mma_words(q: torch.Tensor) -> torch.Tensor:
     return _to_int32((nibbles << shifts).sum(-1))
 
 
+def cuda_packed_layout() -> str:
+    """The layout of 4-bit weights where the Triton kernels run: GDSERVE_PACKED_LAYOUT (rows or
+    mma), else CUDA_PACKED_LAYOUT."""
+    layout = os.environ.get("GDSERVE_PACKED_LAYOUT") or CUDA_PACKED_LAYOUT
+    if layout not in LAYOUTS:
+        raise ValueError(f"GDSERVE_PACKED_LAYOUT={layout!r}: expected one of {', '.join(LAYOUTS)}")
+    return layout
+
+
 def device_layout(w: PackedWeight) -> PackedWeight:
-    """The layout the weight's device multiplies fastest: mma for 4-bit weights where the Triton
-    kernels run and MMA_BY_DEFAULT is set, rows elsewhere (the CPU's native kernel, 8-bit weights)."""
-    if MMA_BY_DEFAULT and w.bits == 4 and use_triton(w.qweight, "packed_gemm"):
+    """The layout the weight's device multiplies fastest: cuda_packed_layout() for 4-bit weights
+    where the Triton kernels run, rows elsewhere (the CPU's native kernel, 8-bit weights)."""
+    if w.bits == 4 and use_triton(w.qweight, "packed_gemm") and cuda_packed_layout() == "mma":
         return to_mma(w)
     return to_rows(w)
 

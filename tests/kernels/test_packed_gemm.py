@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from gdserve.kernels import native
-from gdserve.kernels.packed_gemm import (NATIVE_MAX_ROWS, PackedWeight, device_layout, pack, packed_gemm,
+from gdserve.kernels.packed_gemm import (NATIVE_MAX_ROWS, PackedWeight, cuda_packed_layout, device_layout, pack, packed_gemm,
                                          packed_gemm_reference, to_mma, to_rows, unpack)
 
 
@@ -202,10 +202,22 @@ def test_mma_weights_multiply_alike_on_the_cpu():
     torch.testing.assert_close(packed_gemm(x, to_mma(w)), packed_gemm(x, w))
 
 
-def test_device_layout_keeps_rows_on_the_cpu():
+def test_device_layout_keeps_rows_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("GDSERVE_PACKED_LAYOUT", "mma")  # a CUDA setting: the CPU's kernel takes rows
     w = packed_weight(128, 8, 4, 32)
     assert device_layout(w).layout == "rows" and device_layout(to_mma(w)).layout == "rows"
     assert device_layout(packed_weight(128, 8, 8, 32)).layout == "rows"
+
+
+def test_cuda_packed_layout_from_the_environment(monkeypatch):
+    monkeypatch.delenv("GDSERVE_PACKED_LAYOUT", raising=False)
+    assert cuda_packed_layout() in ("rows", "mma")
+    for layout in ("rows", "mma"):
+        monkeypatch.setenv("GDSERVE_PACKED_LAYOUT", layout)
+        assert cuda_packed_layout() == layout
+    monkeypatch.setenv("GDSERVE_PACKED_LAYOUT", "marlin")
+    with pytest.raises(ValueError, match="GDSERVE_PACKED_LAYOUT='marlin'"):
+        cuda_packed_layout()
 
 
 def test_mma_layout_rejects_what_it_cannot_hold():
