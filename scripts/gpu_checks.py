@@ -257,7 +257,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         if quantization == "awq":
             copy_dequantized(llm.engine.model, source)
         hf = hf_model_from(source, AutoConfig.from_pretrained(tmp), attention=attention)
-        if quantization is not None:
+        if quantization == "fp8":
             fake_quant_fp8_linears(hf)
     ours = [o.outputs[0].token_ids for o in outs]
     ours_lps = [first_logprob(o.outputs[0]) for o in outs]
