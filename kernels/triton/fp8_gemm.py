@@ -7,10 +7,11 @@ import triton
 import triton.language as tl
 
 from gdserve.kernels.triton.fp8_gemm_configs import Config, config_for
+from gdserve.kernels.triton.split_k import split_k_buffers, store_tile
 
 
 @triton.jit
-def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, a_scale_ptr, w_scale_ptr, M, N, K, stride_am, stride_wn, stride_om,
+def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, sums_ptr, lock_ptr, a_scale_ptr, w_scale_ptr, M, N, K, stride_am, stride_wn, stride_om,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                      EVEN_K: tl.constexpr, PROMOTE_EVERY: tl.constexpr):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -35,11 +36,9 @@ def _fp8_gemm_kernel(a_ptr, w_ptr, out_ptr, a_scale_ptr, w_scale_ptr, M, N, K, s
     w_scale = tl.load(w_scale_ptr + rn, mask=rn < N, other=0.0)
     acc = acc * a_scale[:, None] * w_scale[None, :]
     out_ptrs = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
+    sums_ptrs = sums_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
     mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+    store_tile(out_ptrs, acc, mask, sums_ptrs, lock_ptr + pid_m * tl.num_programs(0) + pid_n, SPLIT_K)
 
 
 def fp8_gemm_triton(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
@@ -49,13 +48,12 @@ def fp8_gemm_triton(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_s
     assert a.stride(1) == 1 and w.stride(1) == 1 and a.shape[1] == w.shape[1]
     (M, K), N = a.shape, w.shape[0]
     block_m, block_n, block_k, split_k, warps, stages = config or config_for(M, N, K, a.device)
-    # Split over K, the programs add float32 partial sums into one zeroed buffer.
-    out = torch.zeros(M, N, dtype=torch.float32, device=a.device) if split_k > 1 else \
-        torch.empty(M, N, dtype=out_dtype, device=a.device)
+    out = torch.empty(M, N, dtype=out_dtype, device=a.device)
     if M:
         grid = (triton.cdiv(N, block_n), triton.cdiv(M, block_m), split_k)
-        _fp8_gemm_kernel[grid](a, w, out, a_scale, w_scale, M, N, K, a.stride(0), w.stride(0), out.stride(0),
+        sums, locks = split_k_buffers(out, grid[0] * grid[1], split_k)
+        _fp8_gemm_kernel[grid](a, w, out, sums, locks, a_scale, w_scale, M, N, K, a.stride(0), w.stride(0), out.stride(0),
                                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
                                EVEN_K=K % block_k == 0, PROMOTE_EVERY=min(block_k, 128),
                                num_warps=warps, num_stages=stages)
-    return out.to(out_dtype)
+    return out

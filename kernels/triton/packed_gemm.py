@@ -4,14 +4,13 @@ into one dot's operand. Where a tile lies in one group, the sums factor as
 scales * (x . q) + biases * sum(x) and q goes to the tensor cores as it is (small integers are
 exact in bf16). Above that row count
 the weight is dequantized to x's dtype once and cuBLAS multiplies at its full rate."""
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from gdserve.kernels.triton.packed_gemm_configs import (DEQUANT_MIN_ROWS, GEMV_MAX_ROWS, Config, GemvConfig, config_for,
                                                         gemv_config_for)
+from gdserve.kernels.triton.split_k import split_k_buffers, store_tile
 
 
 @triton.jit
@@ -19,50 +18,6 @@ def exact_float(q):
     """Small non-negative int32s as exact float32s: put into the mantissa of 2**23, which is then
     subtracted (two full-rate instructions where an int-to-float conversion is a quarter-rate one)."""
     return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
-def store_tile(out_ptrs, acc, mask, sums_ptrs, lock_ptr, SPLIT_K: tl.constexpr):
-    """A program's float32 sums, stored in the output's dtype. Split over K, each program adds its
-    share into the float32 workspace (sums_ptrs, split_k_buffers) and counts itself in at
-    lock_ptr; the last of the tile's programs takes the sums, stores them and leaves the sums and
-    the count zero for the next GEMM: one kernel, no memset or cast around it."""
-    if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(sums_ptrs, acc, mask=mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's share is in before the count says so
-        if tl.atomic_add(lock_ptr, 1, sem="acq_rel") == SPLIT_K - 1:
-            total = tl.load(sums_ptrs, mask=mask, other=0.0, cache_modifier=".cg")  # from L2, where the adds went
-            tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=mask)
-            tl.store(sums_ptrs, tl.zeros_like(acc), mask=mask)
-            tl.store(lock_ptr, 0)
-
-
-@dataclass
-class SplitKWorkspace:
-    sums: torch.Tensor  # float32, all zero between GEMMs
-    locks: torch.Tensor  # int32 a tile, all zero between GEMMs
-
-
-# Grown, never freed: a captured CUDA graph keeps the addresses of those it ran with.
-_WORKSPACES: dict[torch.device, list[SplitKWorkspace]] = {}
-
-
-def split_k_buffers(out: torch.Tensor, tiles: int, split_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sums and locks store_tile takes for a GEMM into out [M, N] in this many tiles: the
-    device's workspace where split over K (GEMMs on one device share it, so they run one at a
-    time, on one stream, as the engine's do); out itself, unused, where not."""
-    if split_k == 1:
-        return out, out
-    (M, N), device = out.shape, out.device
-    spaces = _WORKSPACES.setdefault(device, [])
-    if not spaces or spaces[-1].sums.numel() < M * N or spaces[-1].locks.numel() < tiles:
-        sums = max(M * N, spaces[-1].sums.numel() if spaces else 0)
-        locks = max(tiles, spaces[-1].locks.numel() if spaces else 0)
-        spaces.append(SplitKWorkspace(torch.zeros(sums, dtype=torch.float32, device=device),
-                                      torch.zeros(locks, dtype=torch.int32, device=device)))
-    return spaces[-1].sums, spaces[-1].locks
 
 
 @triton.jit

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gdserve.kernels.triton.packed_gemm import exact_float, split_k_buffers, store_tile
+from gdserve.kernels.triton.packed_gemm import exact_float
+from gdserve.kernels.triton.split_k import split_k_buffers, store_tile
 from gdserve.kernels.triton.packed_gemm_configs import MmaConfig, mma_config_for
 
 TILE_K = 128

@@ -170,23 +170,3 @@ def test_mma_default_tiles_fit_the_shape(m, n, k):
     assert split_k >= 1 and warps in (4, 8) and stages >= 2
     if m <= 128:
         assert block_m >= m  # one tile of rows: the weight is read once
-
-
-def test_split_k_leaves_its_workspace_clean():
-    """Split over K, the programs of a tile add into a shared float32 workspace and the last one
-    stores the output and zeroes its sums and count: GEMMs of other shapes and kernels after it
-    start clean and come out right."""
-    from gdserve.kernels.packed_gemm import to_mma
-    from gdserve.kernels.triton.packed_gemm import _WORKSPACES, packed_gemm_triton
-    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
-    rows, mma = packed_weight(256, 48, 4, 128, HALF), to_mma(packed_weight(256, 80, 4, 128, HALF, seed=2))
-    runs = [lambda x: packed_gemm_triton(x, rows.qweight, rows.scales, rows.biases, 4, 128, (16, 32, 128, 2, 4, 2)),
-            lambda x: packed_gemm_mma_triton(x, mma.qweight, mma.scales, mma.biases, 128, (16, 64, 2, 4, 2)),
-            lambda x: packed_gemm_triton(x, rows.qweight, rows.scales, rows.biases, 4, 128, (32, 128, 2, 4))]
-    weights = [rows, mma, rows]
-    for m in (3, 19, 1):
-        for run, w in zip(runs, weights):
-            x = randn(m, 256, dtype=HALF)
-            assert_close_to(run(x), packed_gemm_reference(x, w))
-            space = _WORKSPACES[x.device][-1]
-            assert not space.sums.any() and not space.locks.any()
