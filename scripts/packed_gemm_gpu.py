@@ -29,15 +29,16 @@ BITS, GROUP_SIZE = 4, 128
 
 
 def mma_tiles(M: int) -> list[tuple]:
-    """(BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages) to sweep at M rows."""
+    """MmaConfigs (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages, factored) to sweep at M rows."""
     block_m = min(max(16, 1 << (M - 1).bit_length()), 128)
     tiles = []
     for block_n, warps in ((64, 4), (128, 4), (128, 8)):
         for stages in (3, 4):
             for split_k in (1, 2, 4, 8) if M <= 64 else (1, 2, 4):
-                tiles.append((block_m, block_n, split_k, warps, stages))
+                for factored in (True, False) if M <= 64 else (False,):
+                    tiles.append((block_m, block_n, split_k, warps, stages, factored))
     if M > 128:
-        tiles += [(256, 128, 1, 8, 3), (256, 64, 1, 4, 3)]
+        tiles += [(256, 128, 1, 8, 3, False), (256, 64, 1, 4, 3, False)]
     return tiles
 
 

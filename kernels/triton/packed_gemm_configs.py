@@ -80,8 +80,13 @@ def config_for(M: int, N: int, K: int, bits: int, group_size: int, device: torch
     return (block_m, block_n, block_k, split_k, 4, 3)
 
 
-# The mma layout's kernel (packed_gemm_mma.py): (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages).
-MmaConfig = tuple[int, int, int, int, int]
+# The mma layout's kernel (packed_gemm_mma.py): (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages,
+# factored). factored: where a tile of K lies in one group, multiply the codes as they are and
+# scale the tile's sums (fewer instructions a weight, two dots a tile), rather than dequantize
+# each word before one dot into the accumulator.
+MmaConfig = tuple[int, int, int, int, int, bool]
+# The default takes the factored sums up to this many rows a tile (x's sums cost more with more).
+MMA_FACTORED_MAX_ROWS = 32
 # From this many rows the weight is dequantized once and cuBLAS multiplies.
 MMA_DEQUANT_MIN_ROWS = 512
 
@@ -102,4 +107,4 @@ def mma_config_for(M: int, N: int, K: int, group_size: int, device: torch.device
     while tiles * split_k < 2 * NUM_SMS_SM90 and K // (128 * split_k) >= 8:
         split_k *= 2
     stages = 2 if gathered else 4 if M <= 16 else 3
-    return (block_m, block_n, split_k, 4 if block_n == 64 else 8, stages)
+    return (block_m, block_n, split_k, 4 if block_n == 64 else 8, stages, block_m <= MMA_FACTORED_MAX_ROWS)

@@ -7,8 +7,9 @@ weight words in 16-byte runs and unpacks them with masks, shifts and joins alone
 registers (the layout is made for that), as 16-bit floats by the exponent trick: code q under
 the bits of 128.0 (bfloat16) or 1024.0 (float16) reads as 128 + q or 1024 + q, exactly.
 
-With few rows (up to 32 a tile) and a tile of 128 values of K within one group, the codes are
-multiplied as they are and the group's scale and bias applied to the tile's sums:
+With a tile's factored sums (MmaConfig's last field; the default's for up to 32 rows a tile) and
+a tile of 128 values of K within one group, the codes are multiplied as they are and the
+group's scale and bias applied to the tile's sums:
     sum_k x (q s + b) = s * sum_k x (OFFSET + q) + (b - OFFSET s) * sum_k x,
 x's sums by a dot with an operand of ones (the tensor cores are idle at few rows). Otherwise each
 weight is dequantized in float32, a scale and bias per word of codes, and rounded to x's dtype
@@ -58,8 +59,8 @@ def _k_order(values):
 def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, sums_ptr, lock_ptr, M, N, K, stride_xm,
                             stride_om,
                             GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAGIC: tl.constexpr,
-                            OFFSET: tl.constexpr):
+                            BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, FACTORED_TILES: tl.constexpr,
+                            MAGIC: tl.constexpr, OFFSET: tl.constexpr):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -71,7 +72,7 @@ def _packed_gemm_mma_kernel(x_ptr, q_ptr, s_ptr, b_ptr, out_ptr, sums_ptr, lock_
         tl.arange(0, 4)[None, :, None] * 4 + rw[None, None, :]
     x_ptrs = x_ptr + rm[None, :].to(tl.int64) * stride_xm + rk[:, None]
     PRECISION: tl.constexpr = "ieee" if MAGIC == 0 else "tf32"
-    FACTORED: tl.constexpr = GROUP_SIZE % BLOCK_K == 0 and BLOCK_M <= 32
+    FACTORED: tl.constexpr = FACTORED_TILES and GROUP_SIZE % BLOCK_K == 0
     PER_WORD: tl.constexpr = GROUP_SIZE % BLOCK_K == 0 or (BLOCK_K % GROUP_SIZE == 0 and GROUP_SIZE >= 32)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
@@ -145,16 +146,16 @@ def dequantize_mma_triton(qweight: torch.Tensor, scales: torch.Tensor, biases: t
 def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
                            group_size: int, config: MmaConfig | None = None) -> torch.Tensor:
     """x [M, K] (bf16, fp16 or fp32, K contiguous) @ the 4-bit PackedWeight of these fields in
-    the mma layout -> [M, N] in x.dtype. config (BLOCK_M, BLOCK_N, SPLIT_K, num_warps,
-    num_stages) runs the fused kernel at any M; default: mma_config_for, or, where it gives
-    None (many rows), cuBLAS on the weight dequantized."""
+    the mma layout -> [M, N] in x.dtype. config (an MmaConfig) runs the fused kernel at any M;
+    default: mma_config_for, or, where it gives None (many rows), cuBLAS on the weight
+    dequantized."""
     assert x.stride(1) == 1 and qweight.is_contiguous() and scales.is_contiguous() and biases.is_contiguous()
     (M, K), N = x.shape, qweight.shape[0]
     if config is None:
         config = mma_config_for(M, N, K, group_size, x.device)
         if config is None:
             return torch.nn.functional.linear(x, dequantize_mma_triton(qweight, scales, biases, group_size))
-    block_m, block_n, split_k, warps, stages = config
+    block_m, block_n, split_k, warps, stages, factored = config
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if not M:
         return out
@@ -163,6 +164,7 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
     sums, locks = split_k_buffers(out, grid[0] * grid[1], split_k)
     _packed_gemm_mma_kernel[grid](x, qweight, scales, biases, out, sums, locks, M, N, K, x.stride(0), out.stride(0),
                                   GROUP_SIZE=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=TILE_K,
-                                  SPLIT_K=split_k, MAGIC=magic, OFFSET=offset, num_warps=warps,
+                                  SPLIT_K=split_k, FACTORED_TILES=factored,
+                                  MAGIC=magic, OFFSET=offset, num_warps=warps,
                                   num_stages=stages)
     return out

@@ -101,7 +101,8 @@ def test_default_row_kernel_tiles_fit_the_shape(m, n, k, bits, group_size):
 
 
 # The mma layout's kernel: (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages)
-MMA_CONFIGS = [(16, 64, 1, 4, 2), (32, 32, 2, 4, 2), (64, 128, 1, 8, 3)]
+MMA_CONFIGS = [(16, 64, 1, 4, 2, True), (32, 32, 2, 4, 2, True), (64, 128, 1, 8, 3, False), (16, 64, 2, 4, 2, False),
+               (64, 64, 1, 4, 2, True)]
 # one group a tile (the codes multiplied as they are), a group a word or two (scaled before the
 # dot), per channel, and a group size that fits neither (scales gathered a weight each)
 MMA_FORMATS = [(128, 256), (32, 256), (64, 192), (-1, 384), (96, 288)] if not ON_CUDA else \
@@ -153,7 +154,7 @@ def test_mma_no_rows():
     from gdserve.kernels.packed_gemm import to_mma
     from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
     w = to_mma(packed_weight(128, 32, 4, 128, HALF))
-    out = packed_gemm_mma_triton(randn(0, 128, dtype=HALF), w.qweight, w.scales, w.biases, 128, (16, 64, 2, 4, 2))
+    out = packed_gemm_mma_triton(randn(0, 128, dtype=HALF), w.qweight, w.scales, w.biases, 128, (16, 64, 2, 4, 2, True))
     assert out.shape == (0, 32)
 
 
@@ -165,7 +166,8 @@ def test_mma_default_tiles_fit_the_shape(m, n, k):
     if m >= MMA_DEQUANT_MIN_ROWS:
         assert config is None
         return
-    block_m, block_n, split_k, warps, stages = config
+    block_m, block_n, split_k, warps, stages, factored = config
+    assert factored == (block_m <= 32)
     assert 16 <= block_m <= 128 and block_m & (block_m - 1) == 0 and block_n in (64, 128)
     assert split_k >= 1 and warps in (4, 8) and stages >= 2
     if m <= 128:

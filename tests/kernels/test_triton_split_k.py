@@ -28,7 +28,7 @@ def test_gemms_split_over_k_leave_the_workspace_clean():
 
     runs = [lambda x: (packed_gemm_triton(x, rows.qweight, rows.scales, rows.biases, 4, 128, (16, 32, 128, 2, 4, 2)),
                        packed_gemm_reference(x, rows)),
-            lambda x: (packed_gemm_mma_triton(x, mma.qweight, mma.scales, mma.biases, 128, (16, 64, 2, 4, 2)),
+            lambda x: (packed_gemm_mma_triton(x, mma.qweight, mma.scales, mma.biases, 128, (16, 64, 2, 4, 2, True)),
                        packed_gemm_reference(x, mma)),
             lambda x: (packed_gemm_triton(x, rows.qweight, rows.scales, rows.biases, 4, 128, (32, 128, 2, 4)),
                        packed_gemm_reference(x, rows)),
