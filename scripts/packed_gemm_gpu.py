@@ -32,10 +32,10 @@ def mma_tiles(M: int) -> list[tuple]:
     """MmaConfigs (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages, factored) to sweep at M rows."""
     block_m = min(max(16, 1 << (M - 1).bit_length()), 128)
     tiles = []
-    for block_n, warps in ((64, 4), (128, 4), (128, 8)):
+    for block_n, warps in ((64, 4), (128, 8)):
         for stages in (3, 4):
             for split_k in (1, 2, 4, 8) if M <= 64 else (1, 2, 4):
-                for factored in (True, False) if M <= 64 else (False,):
+                for factored in (True, False) if M <= 32 else (False,):
                     tiles.append((block_m, block_n, split_k, warps, stages, factored))
     if M > 128:
         tiles += [(256, 128, 1, 8, 3, False), (256, 64, 1, 4, 3, False)]
