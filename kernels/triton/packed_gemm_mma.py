@@ -156,6 +156,10 @@ def packed_gemm_mma_triton(x: torch.Tensor, qweight: torch.Tensor, scales: torch
         if config is None:
             return torch.nn.functional.linear(x, dequantize_mma_triton(qweight, scales, biases, group_size))
     block_m, block_n, split_k, warps, stages, factored = config
+    if block_n % 64:
+        # Built for the warpgroup MMA, whose register operand is 64 rows of N; below that the
+        # compiler picks another MMA, and there the factored sums came out wrong on an H100.
+        raise ValueError(f"the mma kernel takes BLOCK_N a multiple of 64, got {block_n}")
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if not M:
         return out

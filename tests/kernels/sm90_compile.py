@@ -268,7 +268,7 @@ def _cases() -> dict[str, Callable[[], None]]:
             lambda r=rows: packed_gemm_mma(r, group_size=96, shapes=((4032, 4096),))
     cases["packed-gemm-mma-tiles"] = lambda: packed_gemm_mma(64, configs=[(16, 64, 4, 4, 4, True), (16, 64, 4, 4, 4, False),
                                                                           (64, 128, 1, 8, 3, False), (64, 64, 2, 4, 3, True),
-                                                                          (128, 128, 1, 8, 3, False), (32, 32, 2, 4, 3, True)])
+                                                                          (128, 128, 1, 8, 3, False), (32, 64, 2, 4, 3, True)])
     for bits in (4, 8):
         cases[f"packed-dequantize-{bits}bit"] = lambda b=bits: packed_dequantize(b)
     cases["packed-dequantize-fp32"] = lambda: packed_dequantize(4, FP32)

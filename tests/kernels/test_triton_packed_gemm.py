@@ -101,7 +101,7 @@ def test_default_row_kernel_tiles_fit_the_shape(m, n, k, bits, group_size):
 
 
 # The mma layout's kernel: (BLOCK_M, BLOCK_N, SPLIT_K, num_warps, num_stages)
-MMA_CONFIGS = [(16, 64, 1, 4, 2, True), (32, 32, 2, 4, 2, True), (64, 128, 1, 8, 3, False), (16, 64, 2, 4, 2, False),
+MMA_CONFIGS = [(16, 64, 1, 4, 2, True), (32, 64, 2, 4, 2, True), (64, 128, 1, 8, 3, False), (16, 64, 2, 4, 2, False),
                (64, 64, 1, 4, 2, True)]
 # one group a tile (the codes multiplied as they are), a group a word or two (scaled before the
 # dot), per channel, and a group size that fits neither (scales gathered a weight each)
@@ -148,6 +148,14 @@ def test_mma_dequantize_matches_the_reference(group_size, k):
     w = to_mma(packed_weight(k, 48, 4, group_size, HALF))
     out = dequantize_mma_triton(w.qweight, w.scales, w.biases, group_size)
     torch.testing.assert_close(out, w.dequantize().t(), atol=0, rtol=2 ** -10)
+
+
+def test_mma_kernel_takes_warpgroup_tiles_only():
+    from gdserve.kernels.packed_gemm import to_mma
+    from gdserve.kernels.triton.packed_gemm_mma import packed_gemm_mma_triton
+    w = to_mma(packed_weight(128, 32, 4, 128, HALF))
+    with pytest.raises(ValueError, match="BLOCK_N a multiple of 64, got 32"):
+        packed_gemm_mma_triton(randn(3, 128, dtype=HALF), w.qweight, w.scales, w.biases, 128, (16, 32, 1, 4, 2, True))
 
 
 def test_mma_no_rows():
