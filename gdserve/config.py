@@ -20,6 +20,10 @@ class EngineConfig:
     # auto: the model's dtype. fp8 (= fp8_e4m3) / fp8_e5m2 store K and V in 8 bits (scale 1.0,
     # saturating): twice the blocks, half the bytes each decode step reads
     kv_cache_dtype: str = "auto"
+    # With an e4m3 cache: prefill attention's dots in fp8 (queries quantized per row, probabilities
+    # in e4m3), at twice float16's tensor-core rate, as FA3 and TensorRT-LLM's fp8 context
+    # attention; decode keeps exact dots over the cache (docs/quantization.md)
+    fp8_attention: bool = False
     load_format: str = "auto"             # "dummy": random weights of the model's shapes
     # None: weights in `dtype`, unless config.json's quantization_config names awq or gptq. "fp8": the
     # linear layers (LM head apart) in fp8 e4m3 with a scale per output channel, activations quantized
@@ -99,6 +103,8 @@ class EngineConfig:
                f"must be 'auto' or one of {sorted(_DTYPES)}")
         _check(self.kv_cache_dtype in KV_CACHE_DTYPES or self.kv_cache_dtype == "auto", "kv_cache_dtype",
                f"must be 'auto' or one of {sorted(KV_CACHE_DTYPES)}")
+        _check(not self.fp8_attention or self.kv_cache_dtype in ("fp8", "fp8_e4m3"), "fp8_attention",
+               f"needs kv_cache_dtype 'fp8' (e4m3), not {self.kv_cache_dtype!r}")
         _check(self.load_format in ("auto", "dummy"), "load_format", "must be 'auto' or 'dummy'")
         _check(self.quantization is None or self.quantization in QUANTIZATIONS, "quantization",
                f"must be None or one of {list(QUANTIZATIONS)}")

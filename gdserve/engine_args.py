@@ -10,6 +10,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES],
                         help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
+    parser.add_argument("--fp8-attention", action="store_true",
+                        help="with --kv-cache-dtype fp8: prefill attention's dots in fp8 (queries and "
+                             "probabilities quantized; decode keeps exact dots over the cache)")
     parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS,
                         help="fp8: linear layers in fp8 e4m3 (a scale per output channel), activations "
                              "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU). awq | gptq | "
@@ -64,6 +67,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 def engine_kwargs(args: argparse.Namespace) -> dict:
     """The EngineConfig / LLM(...) keyword arguments of the flags add_engine_args added."""
     return dict(dtype=args.dtype, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                fp8_attention=args.fp8_attention,
                 quantization=args.quantization,
                 max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,

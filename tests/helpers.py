@@ -54,6 +54,30 @@ def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
     return name
 
 
+def fp8_prefill_attention() -> str:
+    """Register, and name, an HF attention computing as fp8_attention=True does over an e4m3
+    cache: the prompt's pass (more than one query) in fp8 math, each decode exactly."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from gdserve.kernels.fp8_attention import fp8_attention
+
+    name = "sdpa_kv_float8_e4m3fn_fp8_math"
+
+    def attention(module, query, key, value, *args, **kwargs):
+        key, value = (to_cache_dtype(x, torch.float8_e4m3fn).to(x.dtype) for x in (key, value))
+        num_q, num_k = query.shape[-2], key.shape[-2]
+        if num_q == 1:
+            return sdpa_attention_forward(module, query, key, value, *args, **kwargs)
+        q = query.unflatten(1, (key.shape[1], -1))                       # [B, KVH, G, Q, D]
+        mask = torch.arange(num_k)[None, :] <= torch.arange(num_q)[:, None] + (num_k - num_q)
+        out = fp8_attention(q, key.unsqueeze(2), value.unsqueeze(2), module.scaling, mask)
+        return out.flatten(1, 2).to(query.dtype).transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register(name, attention)
+    return name
+
+
 @torch.no_grad()
 def fake_quant_fp8_linears(model: torch.nn.Module) -> None:
     """Make an HF model compute as `quantization="fp8"` does (W8A8 dynamic): every linear layer

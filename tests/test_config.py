@@ -27,6 +27,14 @@ def test_kv_cache_dtype_defaults_to_the_models_and_takes_fp8():
         EngineConfig(kv_cache_dtype="int8")
 
 
+def test_fp8_attention_needs_an_e4m3_cache():
+    assert EngineConfig(device="cpu", kv_cache_dtype="fp8", fp8_attention=True).fp8_attention
+    assert EngineConfig(device="cpu", kv_cache_dtype="fp8_e4m3", fp8_attention=True).fp8_attention
+    for kv_cache_dtype in ("auto", "fp8_e5m2"):
+        with pytest.raises(ValueError, match="fp8_attention needs kv_cache_dtype 'fp8'"):
+            EngineConfig(device="cpu", kv_cache_dtype=kv_cache_dtype, fp8_attention=True)
+
+
 def test_quantization_takes_fp8_and_the_packed_formats_and_names_a_bad_value():
     assert EngineConfig(device="cpu").quantization is None
     assert EngineConfig(device="cpu", quantization="fp8").quantization == "fp8"

@@ -30,7 +30,7 @@ def run_header(args: argparse.Namespace, config: EngineConfig, num_requests: int
             "num_requests": num_requests, "model": args.model, "device": str(device),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "dtype": str(config.torch_dtype()), "kv_cache_dtype": str(config.torch_kv_cache_dtype()),
-            "quantization": config.quantization,
+            "fp8_attention": config.fp8_attention, "quantization": config.quantization,
             "torch_threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -22,6 +22,7 @@ import torch
 from gdserve.config import EngineConfig
 from gdserve.distributed.parallel_state import destroy_tensor_parallel, init_tensor_parallel
 from gdserve.engine.model_runner import ModelRunner
+from gdserve.layers.attention import use_fp8_attention
 from gdserve.models.config import ModelConfig
 from gdserve.models.loader import load_model, resolve_model, source_gguf
 
@@ -47,8 +48,11 @@ def rank_device(config: EngineConfig, rank: int) -> torch.device:
 def load_shard(config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, ModelConfig]:
     """This rank's shard of the model (the whole model without tensor parallelism)."""
     torch.manual_seed(config.seed)
-    return load_model(resolve_model(config.model), config.torch_dtype(), device, config.load_format,
-                      config.quantization, source_gguf(config.model))
+    model, model_config = load_model(resolve_model(config.model), config.torch_dtype(), device,
+                                     config.load_format, config.quantization, source_gguf(config.model))
+    if config.fp8_attention:
+        use_fp8_attention(model)
+    return model, model_config
 
 
 class Worker:

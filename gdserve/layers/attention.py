@@ -76,6 +76,7 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
+        self.fp8_math = False  # prefill chunks' dots in fp8 over an e4m3 cache (use_fp8_attention)
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
 
@@ -85,5 +86,13 @@ class Attention(nn.Module):
         write_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         out = paged_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.seq_lens_tensor,
                               meta.query_lens, meta.seq_lens, meta.num_decodes, self.scale,
-                              meta.query_start_loc)
+                              meta.query_start_loc, self.fp8_math)
         return out.flatten(1)
+
+
+def use_fp8_attention(model: nn.Module) -> None:
+    """Every attention layer of the model runs its prefill chunks' dots in fp8
+    (kernels/fp8_attention.py); the KV cache must be e4m3."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.fp8_math = True

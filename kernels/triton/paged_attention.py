@@ -4,16 +4,25 @@ Both read K/V in place from caches laid out [num_blocks, block_size, KVH, D]: a 
 tokens may span several cache blocks, so each token row finds its block through the block table.
 The caches may be fp8 (e4m3 / e5m2, scale 1.0): the dots then run in float16, which holds every
 fp8 value exactly (widening to bfloat16 instead measured 0.87-0.95x the bf16 cache's decode speed
-on an H200, float16 1.1x: at half the bytes, the memory does not bound it there).
+on an H200, float16 1.1x: at half the bytes, the memory does not bound it there). With FP8_MATH
+(an e4m3 cache; prefill chunks) the dots run in fp8 instead, at twice float16's tensor-core rate,
+as FA3 and TensorRT-LLM's fp8 context attention do: each query row quantized with its own scale
+(its largest magnitude to 448), the cache's K and V as stored, the probabilities times P_SCALE in
+e4m3 (kernels/fp8_attention.py is the same math in torch). Decode keeps its float16 dots: its
+16-row tiles run mma.sync, which Triton gives no fp8 form on sm_90 (it would widen the operands to
+float16 anyway), and a decode step is bound by reading the cache, not by its dots.
 Softmax runs in base 2 with the scale folded into log2(e).
 """
 import torch
 import triton
 import triton.language as tl
 
+from gdserve.kernels import fp8_attention
 from gdserve.kernels.fp8 import is_fp8
 
 _LOG2E = 1.4426950408889634
+_FP8_MAX = tl.constexpr(fp8_attention.FP8_MAX)
+P_SCALE = tl.constexpr(fp8_attention.P_SCALE)
 MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] floats
 
 
@@ -26,20 +35,30 @@ def _kv_rows(table_row_ptr, tok, valid, kv_head, stride_b, stride_t, stride_h, P
 
 
 @triton.jit
-def _attend_tile(q, s_mask, rows, valid, k_cache_ptr, v_cache_ptr, scale_log2, m, l, acc,
-                 HEAD_DIM: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK: tl.constexpr = True):
+def _attend_tile(q, s_mask, rows, valid, k_cache_ptr, v_cache_ptr, score_scale, m, l, acc,
+                 HEAD_DIM: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_MATH: tl.constexpr,
+                 MASK: tl.constexpr = True):
     """One tile of keys (cache rows `rows`, 0 where not valid) in the online softmax (base 2):
-    returns the updated (max, sum, acc). MASK=False: every score of the tile is visible (s_mask unused)."""
+    returns the updated (max, sum, acc). score_scale: what turns q.k into base-2 scores, a scalar
+    or a [rows, 1] column (with FP8_MATH). MASK=False: every score of the tile is visible
+    (s_mask unused)."""
     d = tl.arange(0, HEAD_DIM)
     k = tl.load(k_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * scale_log2  # fp8 widens to q's
+    if not FP8_MATH:
+        k = k.to(q.dtype)  # an fp8 cache widens to the queries' float16
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * score_scale
     if MASK:
         s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
     v = tl.load(v_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    if FP8_MATH:
+        p = (p * P_SCALE).to(tl.float8e4nv)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        p = p.to(tl.float32)  # the sum of what was multiplied, so that the weights sum to one
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 
@@ -49,6 +68,14 @@ def _dot_operand(q, FP8_CACHE: tl.constexpr):
     if FP8_CACHE:
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     return q
+
+
+@triton.jit
+def _fp8_queries(q):
+    """(each row of q in e4m3 with its largest magnitude at 448, the rows' scales)."""
+    q = q.to(tl.float32)
+    row_scale = tl.maximum(tl.max(tl.abs(q), 1), 1e-30) / _FP8_MAX  # a padded row is all zeros
+    return tl.clamp(q / row_scale[:, None], -_FP8_MAX, _FP8_MAX).to(tl.float8e4nv), row_scale
 
 
 # Arguments that change from step to step are not specialized on (value 1, divisibility by 16,
@@ -89,7 +116,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, ou
         valid = tok < end
         rows = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
         m, l, acc = _attend_tile(q, valid[None, :], rows, valid, k_cache_ptr, v_cache_ptr, scale_log2,
-                                 m, l, acc, HEAD_DIM, DOT_PRECISION)
+                                 m, l, acc, HEAD_DIM, DOT_PRECISION, FP8_MATH=False)
     l = tl.maximum(l, 1.0)  # >= 1 after any key (the largest score adds exp2(0)); an empty split's is 0
     out = acc / l[:, None]
     if SPLIT:  # partial results, normalized, with their log-sum-exp (base 2) for the reduce
@@ -126,7 +153,7 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
                     stride_cb, stride_ct, stride_ch,
                     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    FP8_CACHE: tl.constexpr):
+                    FP8_CACHE: tl.constexpr, FP8_MATH: tl.constexpr):
     """One program: BLOCK_M query rows of one chunk and one head. The chunk's rows are the last
     query_len of seq_len positions, so row r sees keys 0 .. seq_len - query_len + r."""
     chunk, tile, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -143,7 +170,12 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
         tokens = (q_start + rows).to(tl.int64)
         q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + d[None, :],
                     mask=row_ok[:, None], other=0.0)
-        q = _dot_operand(q, FP8_CACHE)
+        if FP8_MATH:  # each row's scale folded into its scores'
+            q, row_scale = _fp8_queries(q)
+            score_scale = (row_scale * scale_log2)[:, None]
+        else:
+            q = _dot_operand(q, FP8_CACHE)
+            score_scale = scale_log2
         table_row = tables_ptr + chunk.to(tl.int64) * stride_tab
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
@@ -156,15 +188,15 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, q
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
             kv = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
-            m, l, acc = _attend_tile(q, None, kv, valid, k_cache_ptr, v_cache_ptr, scale_log2, m, l, acc,
-                                     HEAD_DIM, DOT_PRECISION, MASK=False)
+            m, l, acc = _attend_tile(q, None, kv, valid, k_cache_ptr, v_cache_ptr, score_scale, m, l, acc,
+                                     HEAD_DIM, DOT_PRECISION, FP8_MATH, MASK=False)
         for n0 in range(unmasked_end, end, BLOCK_N):
             tok = n0 + tl.arange(0, BLOCK_N)
             valid = tok < end
             causal = tok[None, :] <= context + rows[:, None]
             kv = _kv_rows(table_row, tok, valid, kv_head, stride_cb, stride_ct, stride_ch, PAGE)
             m, l, acc = _attend_tile(q, causal & valid[None, :], kv, valid, k_cache_ptr, v_cache_ptr,
-                                     scale_log2, m, l, acc, HEAD_DIM, DOT_PRECISION)
+                                     score_scale, m, l, acc, HEAD_DIM, DOT_PRECISION, FP8_MATH)
         out = acc / l[:, None]
         tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -177,6 +209,12 @@ _FP8_TILES = {False: (64, 1, 1), True: (128, 4, 2)}
 
 def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
+
+
+def _check_fp8_math(fp8_math: bool, k_cache: torch.Tensor, head_dim: int) -> None:
+    if fp8_math and (k_cache.dtype != torch.float8_e4m3fn or head_dim < fp8_attention.MIN_HEAD_DIM):
+        raise ValueError(f"fp8 attention math needs an e4m3 cache and head_dim >= {fp8_attention.MIN_HEAD_DIM} "
+                         f"(fp8 dots take 32 values a step), not {k_cache.dtype} and {head_dim}")
 
 
 def _cache_strides(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int, int]:
@@ -247,11 +285,13 @@ def prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
                              block_tables: torch.Tensor, seq_lens: torch.Tensor,
                              query_start_loc: torch.Tensor, max_query_len: int, scale: float,
                              out: torch.Tensor, block_m: int = 64, block_n: int = 64,
-                             num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+                             num_warps: int = 4, num_stages: int = 2, fp8_math: bool = False) -> torch.Tensor:
     """Chunk i's queries are q rows query_start_loc[i]:query_start_loc[i+1] (absolute rows of
-    q and out, [T, H, D]); block_tables / seq_lens: [C, ...] / [C] for the C chunks."""
+    q and out, [T, H, D]); block_tables / seq_lens: [C, ...] / [C] for the C chunks.
+    fp8_math: the dots in fp8 over an e4m3 cache (the module's docstring)."""
     num_chunks = seq_lens.shape[0]
     num_heads, head_dim = q.shape[1], q.shape[2]
+    _check_fp8_math(fp8_math, k_cache, head_dim)
     group = num_heads // k_cache.shape[2]
     if num_chunks == 0:
         return out
@@ -261,6 +301,6 @@ def prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache),
         GROUP=group, HEAD_DIM=head_dim, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION=_dot_precision(q.dtype), FP8_CACHE=is_fp8(k_cache.dtype),
+        DOT_PRECISION=_dot_precision(q.dtype), FP8_CACHE=is_fp8(k_cache.dtype), FP8_MATH=fp8_math,
         num_warps=num_warps, num_stages=num_stages)
     return out

@@ -9,9 +9,10 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from gdserve import LLM, SamplingParams
 from gdserve.engine.model_runner import (dummy_step_blocks, dummy_step_lens, gemm_warm_up_rows,
                                          kv_cache_bytes_per_block)
+from gdserve.layers.attention import Attention
 from gdserve.layers.quantization import Fp8Linear
 from gdserve.models.config import ModelConfig
-from tests.helpers import fake_quant_fp8_linears, rounded_kv_attention
+from tests.helpers import fake_quant_fp8_linears, fp8_prefill_attention, rounded_kv_attention
 
 PROMPTS = [
     "The capital of France is",
@@ -34,10 +35,12 @@ PROMPTS = [
 
 
 def hf_greedy(model_dir, prompt_ids: list[list[int]], max_new_tokens: int,
-              kv_cache_dtype: torch.dtype | None = None, fp8_weights: bool = False) -> list[list[int]]:
+              kv_cache_dtype: torch.dtype | None = None, fp8_weights: bool = False,
+              attention: str | None = None) -> list[list[int]]:
     """HF's greedy tokens in float32; with kv_cache_dtype, attention sees K and V rounded to it;
-    with fp8_weights, its linear layers compute as W8A8 fp8 does."""
-    attention = "sdpa" if kv_cache_dtype is None else rounded_kv_attention(kv_cache_dtype)
+    with fp8_weights, its linear layers compute as W8A8 fp8 does; attention: a registered HF
+    attention's name instead."""
+    attention = attention or ("sdpa" if kv_cache_dtype is None else rounded_kv_attention(kv_cache_dtype))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attention).eval()
     if fp8_weights:
         fake_quant_fp8_linears(model)
@@ -210,6 +213,21 @@ def test_fp8_kv_cache_matches_hf_with_rounded_kv(tiny_llama_dir, tiny_prompts, k
     assert llm.engine.kv_cache.num_blocks == 16
     assert run_staggered(llm, tiny_prompts, greedy(24)) == hf_greedy(tiny_llama_dir, tiny_prompts, 24, torch_dtype)
     assert llm.engine.scheduler.num_preemptions > 0
+    assert_no_leaks(llm)
+
+
+def test_fp8_attention_matches_hf_with_fp8_prompt_attention(tiny_llama_dir, tiny_prompts):
+    """fp8_attention=True: each prompt's attention in fp8 math (kernels/fp8_attention.py), the
+    decodes exact over the e4m3 cache: HF's greedy tokens when its attention does the same, and
+    not the exact math's tokens."""
+    prompts = [ids for ids in tiny_prompts if len(ids) > 1]  # a one-token prompt attends as a decode
+    llm = LLM(str(tiny_llama_dir), dtype="float32", kv_cache_dtype="fp8", fp8_attention=True,
+              kv_cache_memory=1 << 20, block_size=4, max_model_len=64)
+    assert all(m.fp8_math for m in llm.engine.model.modules() if isinstance(m, Attention))
+    outs = [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": ids} for ids in prompts],
+                                                          greedy(24))]
+    assert outs == hf_greedy(tiny_llama_dir, prompts, 24, attention=fp8_prefill_attention())
+    assert outs != hf_greedy(tiny_llama_dir, prompts, 24, torch.float8_e4m3fn)
     assert_no_leaks(llm)
 
 

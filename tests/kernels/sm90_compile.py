@@ -75,14 +75,14 @@ def decode(head_dim: int, kv: str, split: bool, dtype: torch.dtype = BF16) -> No
                             partition_size=max_len // 2 if split else max_len)
 
 
-def prefill(head_dim: int, kv: str, dtype: torch.dtype = BF16) -> None:
+def prefill(head_dim: int, kv: str, dtype: torch.dtype = BF16, fp8_math: bool = False) -> None:
     from gdserve.kernels.triton.paged_attention import prefill_attention_triton
     kv_dtype = dtype if kv == "model" else KV_DTYPES[kv]
     _, k_cache, v_cache, tables, lens = _paged_inputs(head_dim, 32, 8, dtype, kv_dtype)
     q = torch.zeros(int(lens.sum()), 32, head_dim, dtype=dtype)
     starts = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0, dtype=torch.int32)])
     prefill_attention_triton(q, k_cache, v_cache, tables, lens, starts, int(lens.max()), head_dim ** -0.5,
-                             torch.empty_like(q))
+                             torch.empty_like(q), fp8_math=fp8_math)
 
 
 def write_kv(kv: str, dtype: torch.dtype = BF16) -> None:
@@ -214,6 +214,8 @@ def _cases() -> dict[str, Callable[[], None]]:
         cases[f"prefill-d{head_dim}-bf16"] = lambda d=head_dim: prefill(d, "bf16")
     cases["prefill-d256-fp32"] = lambda: prefill(256, "model", dtype=FP32)  # the most shared memory
     cases["decode-split-d128-e4m3"] = lambda: decode(128, "e4m3", split=True)
+    for head_dim in (64, 128, 256):  # fp8 attention math over an e4m3 cache
+        cases[f"prefill-d{head_dim}-fp8-math"] = lambda d=head_dim: prefill(d, "e4m3", fp8_math=True)
     cases["decode-d128-fp32"] = lambda: decode(128, "model", split=False, dtype=FP32)
     cases["prefill-d128-fp32"] = lambda: prefill(128, "model", dtype=FP32)
     for kv in ("bf16", "e4m3", "e5m2"):
