@@ -138,13 +138,37 @@ def prefill_case(query_lens: list[int], contexts: list[int], num_heads: int = 32
     return (q, k_cache, v_cache, tables.to(torch.int32), lens, starts, max(query_lens)), flops
 
 
+PREFILL_TILES = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2),
+                 (64, 128, 4, 2), (128, 32, 4, 3), (128, 64, 4, 2))
+
+
+def time_prefill(args: tuple, flops: int, scale: float, **kwargs) -> dict:
+    """The prefill kernel at its default tile and at each of PREFILL_TILES."""
+    import torch
+    from gdserve.kernels.triton.paged_attention import prefill_attention_triton
+    out = torch.empty_like(args[0])
+    configs = []
+    for block_m, block_n, num_warps, num_stages in PREFILL_TILES:
+        cfg = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+        try:
+            ms = median_ms(lambda: prefill_attention_triton(*args, scale, out, **cfg, **kwargs), reps=20)
+        except Exception as e:  # e.g. out of shared memory for this tile
+            configs.append({**cfg, "error": type(e).__name__})
+            continue
+        configs.append({**cfg, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)})
+    default_ms = median_ms(lambda: prefill_attention_triton(*args, scale, out, **kwargs), reps=20)
+    return {"default_ms": round(default_ms, 4), "default_tflops": round(flops / default_ms / 1e9, 1),
+            "configs": configs, "best": max((c for c in configs if "ms" in c), key=lambda c: c["tflops"])}
+
+
 def bench_prefill() -> dict:
     """The prefill kernel on a mixed step's chunks (8192 tokens: fresh prompts, and chunks after a
-    cached context), tile configs against the default, and torch SDPA (flash, dense K/V, no paging)
-    on equal-length causal prompts of the same total as a ceiling."""
+    cached context), tile configs against the default, over a bf16 cache, an e4m3 one (float16
+    dots) and an e4m3 one with fp8 math; and torch SDPA (flash, dense K/V, no paging) on
+    equal-length causal prompts of the same total as a ceiling."""
     import torch
     import torch.nn.functional as F
-    from gdserve.kernels.triton.paged_attention import prefill_attention_triton
+    from gdserve.kernels.kv_cache import to_cache_dtype
     rng = random.Random(0)
     fresh = [rng.randint(128, 1024) for _ in range(14)]
     cases = {"fresh": (fresh, [0] * len(fresh)), "after_context": ([512] * 16, [rng.randint(128, 1024) for _ in range(16)]),
@@ -153,22 +177,12 @@ def bench_prefill() -> dict:
     scale = 128 ** -0.5
     for name, (query_lens, contexts) in cases.items():
         args, flops = prefill_case(query_lens, contexts)
-        out = torch.empty_like(args[0])
-        configs = []
-        for block_m, block_n, num_warps, num_stages in ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2),
-                                                        (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 2),
-                                                        (128, 32, 4, 3), (128, 64, 4, 2)):
-            cfg = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-            try:
-                ms = median_ms(lambda: prefill_attention_triton(*args, scale, out, **cfg), reps=20)
-            except Exception as e:  # e.g. out of shared memory for this tile
-                configs.append({**cfg, "error": type(e).__name__})
-                continue
-            configs.append({**cfg, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)})
-        default_ms = median_ms(lambda: prefill_attention_triton(*args, scale, out), reps=20)
-        results[name] = {"tokens": sum(query_lens), "default_ms": round(default_ms, 4),
-                         "default_tflops": round(flops / default_ms / 1e9, 1), "configs": configs,
-                         "best": max((c for c in configs if "ms" in c), key=lambda c: c["tflops"])}
+        results[name] = {"tokens": sum(query_lens), **time_prefill(args, flops, scale)}
+        q, k_cache, v_cache, *rest = args
+        fp8_args = (q, to_cache_dtype(k_cache, torch.float8_e4m3fn), to_cache_dtype(v_cache, torch.float8_e4m3fn), *rest)
+        results[f"{name}_fp8_cache"] = {"tokens": sum(query_lens), **time_prefill(fp8_args, flops, scale)}
+        results[f"{name}_fp8_math"] = {"tokens": sum(query_lens),
+                                       **time_prefill(fp8_args, flops, scale, fp8_math=True)}
     qd = torch.randn(8, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
     kd, vd = torch.randn(8, 8, 1024, 128, device="cuda", dtype=torch.bfloat16), torch.randn(8, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
     kd, vd = kd.repeat_interleave(4, 1), vd.repeat_interleave(4, 1)  # the flash backend takes no GQA
@@ -224,23 +238,24 @@ def hf_first_logprobs(hf, prompt: list[int]):
 
 def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, dtype: str = "bfloat16",
                  max_num_batched_tokens: int = 512, kv_cache_dtype: str = "auto",
-                 quantization: str | None = None) -> dict:
+                 quantization: str | None = None, fp8_attention: bool = False) -> dict:
     """Greedy tokens against HF on the same weights, and the first token's logprob (computed by
     the prefill, chunked when max_num_batched_tokens is small) against HF's: the second is a
     numeric check that near-ties in random-weight logits cannot blur. With an fp8 cache, HF's
     attention sees K and V rounded as the cache stores them; with fp8 weights, HF's linear layers
-    see their weights and inputs rounded as W8A8 rounds them."""
+    see their weights and inputs rounded as W8A8 rounds them; with fp8 attention, HF's prompt
+    attention computes in the same fp8 math."""
     import torch
     from transformers import AutoConfig
     from gdserve import LLM, SamplingParams
     from gdserve.config import EngineConfig
     from gdserve.models.loader import load_model
-    from tests.helpers import fake_quant_fp8_linears, rounded_kv_attention
+    from tests.helpers import fake_quant_fp8_linears, fp8_prefill_attention, rounded_kv_attention
     with tempfile.TemporaryDirectory() as tmp:
         save_model_dir(Path(tmp), num_layers)
         llm = LLM(tmp, load_format="dummy", dtype=dtype, gpu_memory_utilization=0.5,
                   max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
-                  quantization=quantization)
+                  quantization=quantization, fp8_attention=fp8_attention)
         prompts = make_prompts()
         start = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
@@ -248,7 +263,9 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         engine_s = time.perf_counter() - start
         forward_s = llm.engine.forward_clock.estimate_s  # what a step's mask allowance follows
         attention = "sdpa"
-        if kv_cache_dtype != "auto":
+        if fp8_attention:
+            attention = fp8_prefill_attention()
+        elif kv_cache_dtype != "auto":
             attention = rounded_kv_attention(EngineConfig(kv_cache_dtype=kv_cache_dtype).torch_kv_cache_dtype())
         # The dummy weights again, unquantized (the same seed), for HF to round its own way; with
         # 4-bit weights, the engine's own, dequantized.
@@ -327,6 +344,7 @@ def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
 
 
 CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8_kv": "fp8 KV cache",
+          "engine_fp8_attention": "fp8 KV cache and fp8 prefill attention",
           "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ)"}
 
 
@@ -351,6 +369,8 @@ def main() -> int:
         # HF's bf16 attention against our kernels' float16 dots over the same rounded K/V: their
         # logits differ by up to a bf16 ulp at |logit| 16-32 (0.125).
         results["engine_fp8_kv"] = engine_check(kv_cache_dtype="fp8", tolerance=0.25)
+        results["engine_fp8_attention"] = engine_check(kv_cache_dtype="fp8", fp8_attention=True, tolerance=0.25,
+                                                       max_num_batched_tokens=8192)
         results["engine_fp8_weights"] = engine_check(quantization="fp8", tolerance=0.25)  # as_close_as_hf
         # HF multiplies the dequantized weights rounded to bf16; the packed kernels scale exact codes.
         results["engine_awq"] = engine_check(quantization="awq")

@@ -7,8 +7,8 @@ in one process for every row (one engine per mode, warmed once) and timed step b
 Usage: python3 scripts/trtllm_rows_gpu.py [--modes fp8,bf16] [--rows 128/128,1000/1000,...]
 [--scale F] [--max-num-seqs N] [--max-num-batched-tokens N] [--schedule-conservativeness C[,C]]
 [--profile ROWS] [--cprofile ROWS]
---modes: fp8 = fp8 weights and fp8 KV cache (TensorRT-LLM's configuration), bf16 = bf16 weights
-and cache. --schedule-conservativeness: one engine per value and mode (default 1.0). --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
+--modes: fp8 = fp8 weights and fp8 KV cache (TensorRT-LLM's configuration), fp8-attn = the same
+with fp8 prefill attention math (fp8_attention), bf16 = bf16 weights and cache. --schedule-conservativeness: one engine per value and mode (default 1.0). --scale: a share of TensorRT-LLM's request counts (1.0: 30,000 / 3,000 / 3,000 / 1,500).
 --profile 128/128,...: torch.profiler over a few decode steps at the largest batch, for those rows
 of the first mode; --profile-mixed ROWS: over a few steps once the first requests have finished
 and new ones are prefilled beside the decodes (the steady state of a long run); --cprofile ROWS: the host's time by function over those rows' timed runs.
@@ -34,7 +34,8 @@ import gpu_common  # noqa: E402
 # (input, output) -> (requests, output tokens/s)
 TRTLLM = {(128, 128): (30_000, 27_911), (1000, 1000): (3_000, 17_744), (2048, 128): (3_000, 3_538),
           (2048, 2048): (1_500, 12_194)}
-MODES = {"fp8": {"quantization": "fp8", "kv_cache_dtype": "fp8"}, "bf16": {}}
+MODES = {"fp8": {"quantization": "fp8", "kv_cache_dtype": "fp8"},
+         "fp8-attn": {"quantization": "fp8", "kv_cache_dtype": "fp8", "fp8_attention": True}, "bf16": {}}
 VOCAB = 128_256
 
 

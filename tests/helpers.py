@@ -70,7 +70,8 @@ def fp8_prefill_attention() -> str:
         if num_q == 1:
             return sdpa_attention_forward(module, query, key, value, *args, **kwargs)
         q = query.unflatten(1, (key.shape[1], -1))                       # [B, KVH, G, Q, D]
-        mask = torch.arange(num_k)[None, :] <= torch.arange(num_q)[:, None] + (num_k - num_q)
+        positions = torch.arange(num_k, device=query.device)
+        mask = positions[None, :] <= positions[num_k - num_q:, None]
         out = fp8_attention(q, key.unsqueeze(2), value.unsqueeze(2), module.scaling, mask)
         return out.flatten(1, 2).to(query.dtype).transpose(1, 2).contiguous(), None
 

@@ -1,0 +1,123 @@
+"""How far fp8 attention math (`fp8_attention=True`) moves a trained model: the default model on
+the CPU (which runs the same math as the GPU kernels, kernels/fp8_attention.py), prompts cut from
+the repository's own docs at several lengths.
+
+1. Attention itself: each layer's prefill attention output on the model's real queries, keys and
+   values, fp8 math against exact attention over the same e4m3 cache (relative error per row).
+2. The model: greedy outputs, and the log-probability of the baseline's first token (the one
+   the prompt's prefill decides), with a bf16 cache, an fp8 cache, and an fp8 cache with fp8
+   attention math.
+
+    python scripts/fp8_attention_accuracy.py [--lengths 256,512,1024,1536] [--per-length 8]
+        [--max-tokens 32] [--output FILE]
+"""
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from gdserve import LLM, SamplingParams
+from gdserve.kernels import paged_attention
+from gdserve.layers.attention import Attention
+from gdserve.models.loader import load_tokenizer, resolve_model
+from gdserve.models.registry import DEFAULT_MODEL
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = {"bf16 cache": {}, "fp8 cache": {"kv_cache_dtype": "fp8"},
+        "fp8 cache + fp8 math": {"kv_cache_dtype": "fp8", "fp8_attention": True}}
+
+
+def doc_prompts(model: str, lengths: list[int], per_length: int) -> list[list[int]]:
+    """per_length windows of each length, spread over the docs' tokens."""
+    text = "\n\n".join(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))
+    ids = load_tokenizer(resolve_model(model)).encode(text)
+    prompts = []
+    for length in lengths:
+        stride = max(1, (len(ids) - length) // per_length)
+        prompts += [ids[i * stride:i * stride + length] for i in range(per_length)]
+    return prompts
+
+
+def attention_errors(llm: LLM, prompts: list[list[int]]) -> dict:
+    """Each prefill's attention, recomputed in fp8 math beside the exact output (hooked after
+    each layer's forward, when the cache holds the chunk): relative error per output row."""
+    errors = []
+
+    def compare(module, args, out):
+        q, _, _, meta = args
+        if meta.num_decodes == len(meta.query_lens):
+            return
+        fp8 = paged_attention(q, module.k_cache, module.v_cache, meta.block_tables, meta.seq_lens_tensor,
+                              meta.query_lens, meta.seq_lens, meta.num_decodes, module.scale,
+                              meta.query_start_loc, fp8_math=True).flatten(1)
+        rows = slice(meta.num_decodes, None)
+        exact, approx = out[rows].float().unflatten(1, q.shape[1:]), fp8[rows].float().unflatten(1, q.shape[1:])
+        errors.append(((approx - exact).norm(dim=-1) / exact.norm(dim=-1).clamp_min(1e-12)).flatten())
+
+    hooks = [m.register_forward_hook(compare) for m in llm.engine.model.modules() if isinstance(m, Attention)]
+    try:
+        llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1, temperature=0))
+    finally:
+        for h in hooks:
+            h.remove()
+    rel = torch.cat(errors)
+    return {"rows": rel.numel(), "median": rel.median().item(), "mean": rel.mean().item(),
+            "p99": rel.quantile(0.99).item() if rel.numel() <= 1 << 24 else None, "max": rel.max().item()}
+
+
+def generate(llm: LLM, prompts: list[list[int]], max_tokens: int) -> list:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, logprobs=20)
+    return [o.outputs[0] for o in llm.generate([{"prompt_token_ids": ids} for ids in prompts], params)]
+
+
+def compare(base: list, other: list) -> dict:
+    """Greedy tokens and the first token's log-probabilities against a baseline run."""
+    same, first_diff, top1, dlogp = 0, [], 0, []
+    for b, o in zip(base, other):
+        diff = next((i for i, (x, y) in enumerate(zip(b.token_ids, o.token_ids)) if x != y), None)
+        same += diff is None
+        first_diff.append(len(b.token_ids) if diff is None else diff)
+        top1 += b.token_ids[0] == o.token_ids[0]
+        token = b.token_ids[0]  # the baseline's choice, in the other run's top 20 (else past its 20th)
+        other_logprob = o.logprobs[0].get(token, min(o.logprobs[0].values()))
+        dlogp.append(abs(b.logprobs[0][token] - other_logprob))
+    n = len(base)
+    return {"same_output": f"{same}/{n}", "mean_tokens_before_first_difference": sum(first_diff) / n,
+            "first_token_same": f"{top1}/{n}", "first_token_logprob_diff_mean": sum(dlogp) / n,
+            "first_token_logprob_diff_max": max(dlogp)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--lengths", default="256,512,1024,1536")
+    p.add_argument("--per-length", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--output")
+    args = p.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    prompts = doc_prompts(args.model, lengths, args.per_length)
+    result = {"args": vars(args), "attention": {}, "model": {}}
+    outputs = {}
+    for name, kwargs in RUNS.items():
+        llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens, **kwargs)
+        if name == "fp8 cache":
+            for length in lengths:
+                window = [ids for ids in prompts if len(ids) == length]
+                result["attention"][length] = attention_errors(llm, window)
+                print(json.dumps({"attention, prompt length": length, **result["attention"][length]}), flush=True)
+        outputs[name] = generate(llm, prompts, args.max_tokens)
+        llm.engine.close()
+    for name in ("fp8 cache", "fp8 cache + fp8 math"):
+        result["model"][f"{name} vs bf16 cache"] = compare(outputs["bf16 cache"], outputs[name])
+    result["model"]["fp8 cache + fp8 math vs fp8 cache"] = compare(outputs["fp8 cache"],
+                                                                   outputs["fp8 cache + fp8 math"])
+    for name, row in result["model"].items():
+        print(json.dumps({"model": name, **row}), flush=True)
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
