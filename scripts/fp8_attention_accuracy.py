@@ -3,7 +3,8 @@ the CPU (which runs the same math as the GPU kernels, kernels/fp8_attention.py),
 the repository's own docs at several lengths.
 
 1. Attention itself: each layer's prefill attention output on the model's real queries, keys and
-   values, fp8 math against exact attention over the same e4m3 cache (relative error per row).
+   values, fp8 math against exact attention over the same e4m3 cache (relative error per row),
+   and the share of it that the queries' and the probabilities' rounding each make alone.
 2. The model: greedy outputs, and the log-probability of the baseline's first token (the one
    the prompt's prefill decides), with a bf16 cache, an fp8 cache, and an fp8 cache with fp8
    attention math.
@@ -19,6 +20,7 @@ import torch
 
 from gdserve import LLM, SamplingParams
 from gdserve.kernels import paged_attention
+from gdserve.kernels.fp8_attention import P_SCALE, quantize_rows
 from gdserve.layers.attention import Attention
 from gdserve.models.loader import load_tokenizer, resolve_model
 from gdserve.models.registry import DEFAULT_MODEL
@@ -39,31 +41,58 @@ def doc_prompts(model: str, lengths: list[int], per_length: int) -> list[list[in
     return prompts
 
 
+def _variant(q, k, v, scale, round_queries: bool, round_probs: bool) -> torch.Tensor:
+    """Causal attention of one whole prompt ([heads, L, D], K/V already e4m3 values) with the
+    queries and / or the probabilities rounded as fp8 math rounds them."""
+    if round_queries:
+        q, row_scale = quantize_rows(q)
+        q = q * row_scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    if round_probs:
+        p = (p * P_SCALE).to(torch.float8_e4m3fn).float()
+    return (p @ v) / p.sum(-1, keepdim=True)
+
+
+def _summary(rel: torch.Tensor) -> dict:
+    return {"rows": rel.numel(), "median": rel.median().item(), "mean": rel.mean().item(),
+            "p99": rel.float().sort().values[int(0.99 * (rel.numel() - 1))].item(), "max": rel.max().item()}
+
+
 def attention_errors(llm: LLM, prompts: list[list[int]]) -> dict:
-    """Each prefill's attention, recomputed in fp8 math beside the exact output (hooked after
-    each layer's forward, when the cache holds the chunk): relative error per output row."""
-    errors = []
+    """Each prompt's prefill attention (one chunk: the whole prompt), per layer, recomputed beside
+    the exact output (hooked after the layer's forward, when the cache holds it): fp8 math, and
+    the queries' or the probabilities' rounding alone; the error per output row over its norm."""
+    errors = {"fp8 math": [], "queries rounded only": [], "probabilities rounded only": []}
 
     def compare(module, args, out):
-        q, _, _, meta = args
+        q, k, v, meta = args
         if meta.num_decodes == len(meta.query_lens):
             return
+        assert meta.num_decodes == 0 and meta.query_lens == meta.seq_lens, "one whole prompt a chunk"
         fp8 = paged_attention(q, module.k_cache, module.v_cache, meta.block_tables, meta.seq_lens_tensor,
                               meta.query_lens, meta.seq_lens, meta.num_decodes, module.scale,
-                              meta.query_start_loc, fp8_math=True).flatten(1)
-        rows = slice(meta.num_decodes, None)
-        exact, approx = out[rows].float().unflatten(1, q.shape[1:]), fp8[rows].float().unflatten(1, q.shape[1:])
-        errors.append(((approx - exact).norm(dim=-1) / exact.norm(dim=-1).clamp_min(1e-12)).flatten())
+                              meta.query_start_loc, fp8_math=True)
+        exact = out.float().unflatten(1, q.shape[1:])
+        group = q.shape[1] // k.shape[1]
+        k8, v8 = ((x.float().to(torch.float8_e4m3fn).float().repeat_interleave(group, 1).transpose(0, 1))
+                  for x in (k, v))
+        qh = q.float().transpose(0, 1)
+        for name, approx in (("fp8 math", fp8.float()),
+                             ("queries rounded only", _variant(qh, k8, v8, module.scale, True, False).transpose(0, 1)),
+                             ("probabilities rounded only",
+                              _variant(qh, k8, v8, module.scale, False, True).transpose(0, 1))):
+            errors[name].append(((approx - exact).norm(dim=-1) / exact.norm(dim=-1).clamp_min(1e-12)).flatten())
 
     hooks = [m.register_forward_hook(compare) for m in llm.engine.model.modules() if isinstance(m, Attention)]
     try:
-        llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1, temperature=0))
+        for ids in prompts:  # one at a time: each prefill one whole chunk
+            llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, temperature=0))
     finally:
         for h in hooks:
             h.remove()
-    rel = torch.cat(errors)
-    return {"rows": rel.numel(), "median": rel.median().item(), "mean": rel.mean().item(),
-            "p99": rel.quantile(0.99).item() if rel.numel() <= 1 << 24 else None, "max": rel.max().item()}
+    return {name: _summary(torch.cat(rel)) for name, rel in errors.items()}
 
 
 def generate(llm: LLM, prompts: list[list[int]], max_tokens: int) -> list:
@@ -101,7 +130,8 @@ def main() -> None:
     result = {"args": vars(args), "attention": {}, "model": {}}
     outputs = {}
     for name, kwargs in RUNS.items():
-        llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens, **kwargs)
+        llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens,
+                  max_num_batched_tokens=max(2048, max(lengths)), **kwargs)
         if name == "fp8 cache":
             for length in lengths:
                 window = [ids for ids in prompts if len(ids) == length]
