@@ -130,7 +130,9 @@ def main() -> None:
     result = {"args": vars(args), "attention": {}, "model": {}}
     outputs = {}
     for name, kwargs in RUNS.items():
-        llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens,
+        # no prefix cache: the windows of different lengths share their starts, and each
+        # prompt's attention is measured over one whole-prompt chunk
+        llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens, enable_prefix_caching=False,
                   max_num_batched_tokens=max(2048, max(lengths)), **kwargs)
         if name == "fp8 cache":
             for length in lengths:

@@ -7,7 +7,7 @@ fp8 value exactly (widening to bfloat16 instead measured 0.87-0.95x the bf16 cac
 on an H200, float16 1.1x: at half the bytes, the memory does not bound it there). With FP8_MATH
 (an e4m3 cache; prefill chunks) the dots run in fp8 instead, at twice float16's tensor-core rate,
 as FA3 and TensorRT-LLM's fp8 context attention do: each query row quantized with its own scale
-(its largest magnitude to 448), the cache's K and V as stored, the probabilities times P_SCALE in
+(its largest magnitude to 448), the cache's K and V as stored, the probabilities times 256 in
 e4m3 (kernels/fp8_attention.py is the same math in torch). Decode keeps its float16 dots: its
 16-row tiles run mma.sync, which Triton gives no fp8 form on sm_90 (it would widen the operands to
 float16 anyway), and a decode step is bound by reading the cache, not by its dots.
@@ -22,7 +22,7 @@ from gdserve.kernels.fp8 import is_fp8
 
 _LOG2E = 1.4426950408889634
 _FP8_MAX = tl.constexpr(fp8_attention.FP8_MAX)
-P_SCALE = tl.constexpr(fp8_attention.P_SCALE)
+_P_SCALE = tl.constexpr(fp8_attention.P_SCALE)
 MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] floats
 
 
@@ -54,7 +54,7 @@ def _attend_tile(q, s_mask, rows, valid, k_cache_ptr, v_cache_ptr, score_scale, 
     p = tl.exp2(s - m_new[:, None])
     v = tl.load(v_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
     if FP8_MATH:
-        p = (p * P_SCALE).to(tl.float8e4nv)
+        p = (p * _P_SCALE).to(tl.float8e4nv)
         acc = acc * alpha[:, None] + tl.dot(p, v)
         p = p.to(tl.float32)  # the sum of what was multiplied, so that the weights sum to one
     else:
