@@ -7,7 +7,15 @@ in float32; the probabilities go to e4m3 times P_SCALE; the output is their dot 
 sum of those same quantized probabilities, so the weights sum to one. The kernels take the softmax
 a tile at a time, quantizing each probability against the running maximum rather than the row's:
 the same rounding, applied at other points.
+
+Queries and keys are turned by one fixed orthogonal matrix (`rotation`) before the keys are
+cached, as FA3's incoherent processing does: their dot products stay, while a score that a few
+outlier channels carry is spread over all of them, so that rounding each value to three mantissa
+bits no longer moves it by a sizeable fraction.
 """
+import math
+from functools import cache
+
 import torch
 
 FP8_MAX = 448.0  # e4m3's largest finite value
@@ -15,6 +23,29 @@ FP8_MAX = 448.0  # e4m3's largest finite value
 # probabilities; it cancels in the division by their sum.
 P_SCALE = 256.0
 MIN_HEAD_DIM = 32  # an fp8 tensor-core dot takes 32 values of its inner dimension a step
+
+
+@cache
+def _rotation(head_dim: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(head_dim)
+    if head_dim & (head_dim - 1):  # not a power of two: a random orthogonal matrix
+        return torch.linalg.qr(torch.randn(head_dim, head_dim, generator=g, dtype=torch.float64))[0].float()
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < head_dim:  # Sylvester's construction
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)])
+    signs = torch.where(torch.rand(head_dim, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+    return (signs[:, None] * h / math.sqrt(head_dim)).float()  # a Hadamard matrix, rows' signs drawn
+
+
+def rotation(head_dim: int) -> torch.Tensor:
+    """[D, D] float32, orthogonal, every entry of magnitude about 1/sqrt(D): the same for every
+    layer and process (seeded by D)."""
+    return _rotation(head_dim).clone()
+
+
+def rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """x: [..., D] times rot, computed in float32, in x's dtype."""
+    return (x.float() @ rot).to(x.dtype)
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

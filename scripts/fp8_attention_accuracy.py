@@ -3,8 +3,9 @@ the CPU (which runs the same math as the GPU kernels, kernels/fp8_attention.py),
 the repository's own docs at several lengths.
 
 1. Attention itself: each layer's prefill attention output on the model's real queries, keys and
-   values, fp8 math against exact attention over the same e4m3 cache (relative error per row),
-   and the share of it that the queries' and the probabilities' rounding each make alone.
+   values against exact attention over unrounded K and V (relative error per row): an e4m3 cache
+   with exact math, fp8 math over it, and fp8 math over queries and keys turned by the rotation
+   first (what fp8_attention does).
 2. The model: greedy outputs, and the log-probability of the baseline's first token (the one
    the prompt's prefill decides), with a bf16 cache, an fp8 cache, and an fp8 cache with fp8
    attention math.
@@ -19,15 +20,14 @@ from pathlib import Path
 import torch
 
 from gdserve import LLM, SamplingParams
-from gdserve.kernels import paged_attention
-from gdserve.kernels.fp8_attention import P_SCALE, quantize_rows
+from gdserve.kernels.fp8_attention import fp8_attention, rotate, rotation
 from gdserve.layers.attention import Attention
 from gdserve.models.loader import load_tokenizer, resolve_model
 from gdserve.models.registry import DEFAULT_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = {"bf16 cache": {}, "fp8 cache": {"kv_cache_dtype": "fp8"},
-        "fp8 cache + fp8 math": {"kv_cache_dtype": "fp8", "fp8_attention": True}}
+        "fp8 cache + fp8_attention": {"kv_cache_dtype": "fp8", "fp8_attention": True}}
 
 
 def doc_prompts(model: str, lengths: list[int], per_length: int) -> list[list[int]]:
@@ -41,48 +41,48 @@ def doc_prompts(model: str, lengths: list[int], per_length: int) -> list[list[in
     return prompts
 
 
-def _variant(q, k, v, scale, round_queries: bool, round_probs: bool) -> torch.Tensor:
-    """Causal attention of one whole prompt ([heads, L, D], K/V already e4m3 values) with the
-    queries and / or the probabilities rounded as fp8 math rounds them."""
-    if round_queries:
-        q, row_scale = quantize_rows(q)
-        q = q * row_scale
-    s = (q @ k.transpose(-1, -2)) * scale
-    s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
-    p = torch.exp(s - s.amax(-1, keepdim=True))
-    if round_probs:
-        p = (p * P_SCALE).to(torch.float8_e4m3fn).float()
-    return (p @ v) / p.sum(-1, keepdim=True)
+def _attention(q, k, v, scale, fp8_math: bool, rot: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention of one whole prompt, q/k/v: [heads, L, D] float32: over K and V rounded to
+    e4m3 as the cache stores them (None: not rounded), in fp8 math or exactly, with the queries
+    and keys turned by rot first."""
+    if rot is not None:
+        q, k = rotate(q, rot), rotate(k, rot)
+    k, v = (x.to(torch.float8_e4m3fn).float() for x in (k, v))
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    if fp8_math:
+        return fp8_attention(q, k, v, scale, mask)
+    s = (q @ k.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
 
 
 def _summary(rel: torch.Tensor) -> dict:
     return {"rows": rel.numel(), "median": rel.median().item(), "mean": rel.mean().item(),
-            "p99": rel.float().sort().values[int(0.99 * (rel.numel() - 1))].item(), "max": rel.max().item()}
+            "p99": rel.sort().values[int(0.99 * (rel.numel() - 1))].item(), "max": rel.max().item()}
 
 
 def attention_errors(llm: LLM, prompts: list[list[int]]) -> dict:
-    """Each prompt's prefill attention (one chunk: the whole prompt), per layer, recomputed beside
-    the exact output (hooked after the layer's forward, when the cache holds it): fp8 math, and
-    the queries' or the probabilities' rounding alone; the error per output row over its norm."""
-    errors = {"fp8 math": [], "queries rounded only": [], "probabilities rounded only": []}
+    """Each prompt's prefill attention (one chunk: the whole prompt), per layer, on the model's
+    queries, keys and values (hooked on an engine with a cache in the model's dtype), against
+    exact attention over unrounded K and V: an e4m3 cache with exact math, fp8 math over it, and
+    fp8 math with the rotation (what fp8_attention does); the error per output row over its norm."""
+    variants = {"e4m3 cache, exact math": dict(fp8_math=False),
+                "fp8 math, no rotation": dict(fp8_math=True),
+                "fp8 math, rotated (fp8_attention)": dict(fp8_math=True, rotate=True)}
+    errors = {name: [] for name in variants}
 
     def compare(module, args, out):
         q, k, v, meta = args
         if meta.num_decodes == len(meta.query_lens):
             return
         assert meta.num_decodes == 0 and meta.query_lens == meta.seq_lens, "one whole prompt a chunk"
-        fp8 = paged_attention(q, module.k_cache, module.v_cache, meta.block_tables, meta.seq_lens_tensor,
-                              meta.query_lens, meta.seq_lens, meta.num_decodes, module.scale,
-                              meta.query_start_loc, fp8_math=True)
-        exact = out.float().unflatten(1, q.shape[1:])
         group = q.shape[1] // k.shape[1]
-        k8, v8 = ((x.float().to(torch.float8_e4m3fn).float().repeat_interleave(group, 1).transpose(0, 1))
-                  for x in (k, v))
-        qh = q.float().transpose(0, 1)
-        for name, approx in (("fp8 math", fp8.float()),
-                             ("queries rounded only", _variant(qh, k8, v8, module.scale, True, False).transpose(0, 1)),
-                             ("probabilities rounded only",
-                              _variant(qh, k8, v8, module.scale, False, True).transpose(0, 1))):
+        q, k, v = (x.float().repeat_interleave(h, 1).transpose(0, 1) for x, h in ((q, 1), (k, group), (v, group)))
+        s = (q @ k.transpose(-1, -2) * module.scale).masked_fill(
+            ~torch.ones(q.shape[1], q.shape[1], dtype=torch.bool).tril(), float("-inf"))
+        exact = torch.softmax(s, -1) @ v
+        rot = rotation(q.shape[-1])
+        for name, how in variants.items():
+            approx = _attention(q, k, v, module.scale, how["fp8_math"], rot if how.get("rotate") else None)
             errors[name].append(((approx - exact).norm(dim=-1) / exact.norm(dim=-1).clamp_min(1e-12)).flatten())
 
     hooks = [m.register_forward_hook(compare) for m in llm.engine.model.modules() if isinstance(m, Attention)]
@@ -134,17 +134,17 @@ def main() -> None:
         # prompt's attention is measured over one whole-prompt chunk
         llm = LLM(args.model, max_model_len=max(lengths) + args.max_tokens, enable_prefix_caching=False,
                   max_num_batched_tokens=max(2048, max(lengths)), **kwargs)
-        if name == "fp8 cache":
+        if name == "bf16 cache":
             for length in lengths:
                 window = [ids for ids in prompts if len(ids) == length]
                 result["attention"][length] = attention_errors(llm, window)
                 print(json.dumps({"attention, prompt length": length, **result["attention"][length]}), flush=True)
         outputs[name] = generate(llm, prompts, args.max_tokens)
         llm.engine.close()
-    for name in ("fp8 cache", "fp8 cache + fp8 math"):
+    for name in ("fp8 cache", "fp8 cache + fp8_attention"):
         result["model"][f"{name} vs bf16 cache"] = compare(outputs["bf16 cache"], outputs[name])
     result["model"]["fp8 cache + fp8 math vs fp8 cache"] = compare(outputs["fp8 cache"],
-                                                                   outputs["fp8 cache + fp8 math"])
+                                                                   outputs["fp8 cache + fp8_attention"])
     for name, row in result["model"].items():
         print(json.dumps({"model": name, **row}), flush=True)
     if args.output:

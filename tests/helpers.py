@@ -56,15 +56,18 @@ def rounded_kv_attention(kv_cache_dtype: torch.dtype) -> str:
 
 def fp8_prefill_attention() -> str:
     """Register, and name, an HF attention computing as fp8_attention=True does over an e4m3
-    cache: the prompt's pass (more than one query) in fp8 math, each decode exactly."""
+    cache: queries and keys turned by the fixed rotation, the prompt's pass (more than one query)
+    in fp8 math, each decode exactly."""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from gdserve.kernels.fp8_attention import fp8_attention
+    from gdserve.kernels.fp8_attention import fp8_attention, rotate, rotation
 
     name = "sdpa_kv_float8_e4m3fn_fp8_math"
 
     def attention(module, query, key, value, *args, **kwargs):
+        rot = rotation(query.shape[-1]).to(query.device)
+        query, key = rotate(query, rot), rotate(key, rot)
         key, value = (to_cache_dtype(x, torch.float8_e4m3fn).to(x.dtype) for x in (key, value))
         num_q, num_k = query.shape[-2], key.shape[-2]
         if num_q == 1:

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from gdserve.kernels import paged_attention, write_kv_cache
+from gdserve.kernels.fp8_attention import rotate, rotation
 from gdserve.utils import to_device
 
 # Output tokens added at most this many at once (forced text) attend as one decode row per token:
@@ -77,12 +78,15 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
         self.fp8_math = False  # prefill chunks' dots in fp8 over an e4m3 cache (use_fp8_attention)
+        self.register_buffer("rotation", None, persistent=False)  # [D, D] with fp8_math
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KVH, D] -> [T, H * D]"""
+        if self.fp8_math:  # the cache holds the turned keys; every query is turned alike
+            q, k = rotate(q, self.rotation), rotate(k, self.rotation)
         write_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         out = paged_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.seq_lens_tensor,
                               meta.query_lens, meta.seq_lens, meta.num_decodes, self.scale,
@@ -91,8 +95,10 @@ class Attention(nn.Module):
 
 
 def use_fp8_attention(model: nn.Module) -> None:
-    """Every attention layer of the model runs its prefill chunks' dots in fp8
-    (kernels/fp8_attention.py); the KV cache must be e4m3."""
+    """Every attention layer of the model runs its prefill chunks' dots in fp8, its queries and
+    keys turned by kernels/fp8_attention.py's rotation; the KV cache must be e4m3."""
+    device = next(model.parameters()).device
     for module in model.modules():
         if isinstance(module, Attention):
             module.fp8_math = True
+            module.rotation = rotation(module.head_dim).to(device)
