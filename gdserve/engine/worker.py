@@ -51,7 +51,7 @@ def load_shard(config: EngineConfig, device: torch.device) -> tuple[torch.nn.Mod
     model, model_config = load_model(resolve_model(config.model), config.torch_dtype(), device,
                                      config.load_format, config.quantization, source_gguf(config.model))
     if config.fp8_attention:
-        use_fp8_attention(model)
+        use_fp8_attention(model, config.torch_dtype())
     return model, model_config
 
 

@@ -94,11 +94,11 @@ class Attention(nn.Module):
         return out.flatten(1)
 
 
-def use_fp8_attention(model: nn.Module) -> None:
+def use_fp8_attention(model: nn.Module, dtype: torch.dtype) -> None:
     """Every attention layer of the model runs its prefill chunks' dots in fp8, its queries and
-    keys turned by kernels/fp8_attention.py's rotation; the KV cache must be e4m3."""
+    keys (of dtype) turned by kernels/fp8_attention.py's rotation; the KV cache must be e4m3."""
     device = next(model.parameters()).device
     for module in model.modules():
         if isinstance(module, Attention):
             module.fp8_math = True
-            module.rotation = rotation(module.head_dim).to(device)
+            module.rotation = rotation(module.head_dim).to(device, dtype)
