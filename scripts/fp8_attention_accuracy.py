@@ -143,7 +143,7 @@ def main() -> None:
         llm.engine.close()
     for name in ("fp8 cache", "fp8 cache + fp8_attention"):
         result["model"][f"{name} vs bf16 cache"] = compare(outputs["bf16 cache"], outputs[name])
-    result["model"]["fp8 cache + fp8 math vs fp8 cache"] = compare(outputs["fp8 cache"],
+    result["model"]["fp8 cache + fp8_attention vs fp8 cache"] = compare(outputs["fp8 cache"],
                                                                    outputs["fp8 cache + fp8_attention"])
     for name, row in result["model"].items():
         print(json.dumps({"model": name, **row}), flush=True)
