@@ -30,3 +30,11 @@ def test_schedule_conservativeness_reaches_the_engine_and_a_negative_one_is_name
     assert EngineConfig(**{**kwargs, "device": "cpu"}).schedule_conservativeness == 0.0
     with pytest.raises(ValueError, match="schedule_conservativeness must be >= 0"):
         EngineConfig(device="cpu", schedule_conservativeness=-0.5)
+
+
+def test_fp8_attention_flag_reaches_the_engine():
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    assert engine_kwargs(parser.parse_args([]))["fp8_attention"] is False
+    kwargs = engine_kwargs(parser.parse_args(["--kv-cache-dtype", "fp8", "--fp8-attention"]))
+    assert kwargs["fp8_attention"] is True and kwargs["kv_cache_dtype"] == "fp8"

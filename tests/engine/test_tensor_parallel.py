@@ -38,12 +38,12 @@ def prompts() -> list[dict]:
             for i, n in enumerate(torch.randint(1, 30, (10,), generator=g))]
 
 
-def generate(model_dir, tensor_parallel_size: int, device: str, requests, params) -> list[list[int]]:
+def generate(model_dir, tensor_parallel_size: int, device: str, requests, params, **engine) -> list[list[int]]:
     """Tokens from a cache small enough to preempt (by swapping) and a guided request among them."""
     with LLM(str(model_dir), dtype="float32", device=device, tensor_parallel_size=tensor_parallel_size,
              max_num_batched_tokens=64, block_size=4, max_model_len=64, num_gpu_blocks_override=24,
              preemption_mode="swap", swap_space=0.01, schedule_conservativeness=0,
-             grammar_compile_workers=1) as llm:
+             grammar_compile_workers=1, **engine) as llm:
         outs = llm.generate(requests, params, use_tqdm=False)
         assert_no_leaks(llm)
         if tensor_parallel_size > 1:
@@ -59,6 +59,14 @@ def test_two_ranks_give_the_single_device_greedy_tokens(tiny_gqa_dir, device):
     expected = generate(tiny_gqa_dir, 1, device, requests, params)
     tokens = generate(tiny_gqa_dir, 2, device, requests, params)
     assert tokens == expected
+
+
+def test_every_rank_takes_fp8_attention(tiny_gqa_dir):
+    """fp8_attention turns each rank's heads and rounds them as one device does: the same tokens."""
+    requests, params = prompts()[:6], greedy(16)
+    fp8 = dict(kv_cache_dtype="fp8", fp8_attention=True)
+    assert generate(tiny_gqa_dir, 2, "cpu", requests, params, **fp8) == \
+        generate(tiny_gqa_dir, 1, "cpu", requests, params, **fp8)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
