@@ -8,7 +8,8 @@ server (no fastapi, uvicorn, pydantic, gguf, prometheus_client). The engine load
 which needs outlines-core: carried as a wheel in build/gpu-wheels and installed to a temp dir
 (gpu_common.setup_imports, the set-up the other GPU scripts share).
 Writes gpu_checks.json, gpu_checks.log and kernel_tests.xml under $OUT (else gpu-results/).
-Exit status 0 only if the kernel tests and the engine check pass.
+Exit status 0 only if the kernel tests and the engine check pass. `--no-kernel-tests` leaves the
+kernel tests out (scripts/gpu_runs.sh runs them on their own).
 """
 import json
 import os
@@ -348,7 +349,7 @@ CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8
           "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ)"}
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gpu_checks.log").write_text("")
     setup_imports()
@@ -356,7 +357,8 @@ def main() -> int:
     import triton
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     log(json.dumps(results))
-    results["kernel_tests"] = run_kernel_tests()
+    results["kernel_tests"] = {"skipped": True, "passed": True} if "--no-kernel-tests" in argv \
+        else run_kernel_tests()
     log("kernel tests:", json.dumps(results["kernel_tests"]))
     results["decode_bench"] = bench_decode(copy_bandwidth_gbs())
     log("decode bench:", json.dumps(results["decode_bench"], indent=1))
@@ -382,7 +384,8 @@ def main() -> int:
     (OUT / "gpu_checks.json").write_text(json.dumps(results, indent=1))
     bench = results["decode_bench"]
     log("\n==== summary ====")
-    log(f"kernel tests (real shapes, CUDA): {'PASS' if results['kernel_tests']['passed'] else 'FAIL'}")
+    tests = results["kernel_tests"]
+    log(f"kernel tests (real shapes, CUDA): {'skipped' if tests.get('skipped') else 'PASS' if tests['passed'] else 'FAIL'}")
     log(f"decode b256 c1024: {bench['default_ms']} ms, {bench['default_gbs']} GB/s = "
         f"{bench['default_fraction_of_copy']:.0%} of copy {bench['copy_bandwidth_gbs']} GB/s "
         f"(target 70%: {'met' if bench['target_met'] else 'NOT met'}); best config {bench['best']}; "
@@ -411,4 +414,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
