@@ -8,8 +8,8 @@ server (no fastapi, uvicorn, pydantic, gguf, prometheus_client). The engine load
 which needs outlines-core: carried as a wheel in build/gpu-wheels and installed to a temp dir
 (gpu_common.setup_imports, the set-up the other GPU scripts share).
 Writes gpu_checks.json, gpu_checks.log and kernel_tests.xml under $OUT (else gpu-results/).
-Exit status 0 only if the kernel tests and the engine check pass. `--no-kernel-tests` leaves the
-kernel tests out (scripts/gpu_runs.sh runs them on their own).
+Exit status 0 only if the kernel tests and the engine checks pass. `--no-kernel-tests`,
+`--no-benches`, `--no-engine` leave those parts out (scripts/gpu_runs.sh runs them as modes).
 """
 import json
 import os
@@ -349,21 +349,8 @@ CHECKS = {"engine_unchunked": "unchunked", "engine_fp32": "float32", "engine_fp8
           "engine_fp8_weights": "fp8 weights (W8A8)", "engine_awq": "4-bit weights (AWQ)"}
 
 
-def main(argv: list[str]) -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "gpu_checks.log").write_text("")
-    setup_imports()
-    import torch
-    import triton
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-    log(json.dumps(results))
-    results["kernel_tests"] = {"skipped": True, "passed": True} if "--no-kernel-tests" in argv \
-        else run_kernel_tests()
-    log("kernel tests:", json.dumps(results["kernel_tests"]))
-    results["decode_bench"] = bench_decode(copy_bandwidth_gbs())
-    log("decode bench:", json.dumps(results["decode_bench"], indent=1))
-    results["prefill_bench"] = bench_prefill()
-    log("prefill bench:", json.dumps(results["prefill_bench"], indent=1))
+def engine_checks() -> dict:
+    results = {}
     try:
         results["engine"] = engine_check()
         results["engine_unchunked"] = engine_check(max_num_batched_tokens=8192)
@@ -381,11 +368,11 @@ def main(argv: list[str]) -> int:
     except ImportError as e:  # a dependency of gdserve.grammar the image lacks: carry its wheel
         results["engine"] = {"passed": False, "error": f"{e!r}: put its wheel in build/gpu-wheels"}
     log("engine vs HF:", json.dumps(results["engine"], indent=1))
-    (OUT / "gpu_checks.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def log_benches(results: dict) -> None:
     bench = results["decode_bench"]
-    log("\n==== summary ====")
-    tests = results["kernel_tests"]
-    log(f"kernel tests (real shapes, CUDA): {'skipped' if tests.get('skipped') else 'PASS' if tests['passed'] else 'FAIL'}")
     log(f"decode b256 c1024: {bench['default_ms']} ms, {bench['default_gbs']} GB/s = "
         f"{bench['default_fraction_of_copy']:.0%} of copy {bench['copy_bandwidth_gbs']} GB/s "
         f"(target 70%: {'met' if bench['target_met'] else 'NOT met'}); best config {bench['best']}; "
@@ -399,6 +386,9 @@ def main(argv: list[str]) -> int:
     fp8 = bench["fp8"]
     log(f"decode b256 c1024, fp8 e4m3 cache: {fp8['default_ms']} ms, {fp8['default_gbs']} GB/s = "
         f"{fp8['default_fraction_of_copy']:.0%} of copy, {fp8['speedup_over_bf16']}x the bf16 cache; best {fp8['best']}")
+
+
+def log_engine_checks(results: dict) -> bool:
     engine = results["engine"]
     log(f"engine vs HF greedy: {'PASS' if engine['passed'] else 'FAIL'} "
         f"identical {engine.get('identical_fraction')} divergences {engine.get('divergences', engine.get('error'))}")
@@ -409,8 +399,40 @@ def main(argv: list[str]) -> int:
         if check is not None:
             log(f"engine vs HF greedy, {key}: {'PASS' if check['passed'] else 'FAIL'} "
                 f"identical {check['identical_fraction']}")
-    engines_ok = engine["passed"] and all(c is None or c["passed"] for c in checks)
-    return 0 if results["kernel_tests"]["passed"] and engines_ok else 1
+    return engine["passed"] and all(c is None or c["passed"] for c in checks)
+
+
+def main(argv: list[str]) -> int:
+    """argv: --no-kernel-tests, --no-benches, --no-engine leave those parts out."""
+    parts = {"kernel-tests", "benches", "engine"} - {a.removeprefix("--no-") for a in argv}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "gpu_checks.log").write_text("")
+    setup_imports()
+    import torch
+    import triton
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    log(json.dumps(results))
+    if "kernel-tests" in parts:
+        results["kernel_tests"] = run_kernel_tests()
+        log("kernel tests:", json.dumps(results["kernel_tests"]))
+    if "benches" in parts:
+        results["decode_bench"] = bench_decode(copy_bandwidth_gbs())
+        log("decode bench:", json.dumps(results["decode_bench"], indent=1))
+        results["prefill_bench"] = bench_prefill()
+        log("prefill bench:", json.dumps(results["prefill_bench"], indent=1))
+    if "engine" in parts:
+        results.update(engine_checks())
+    (OUT / "gpu_checks.json").write_text(json.dumps(results, indent=1))
+    log("\n==== summary ====")
+    ok = True
+    if "kernel-tests" in parts:
+        ok = results["kernel_tests"]["passed"]
+        log(f"kernel tests (real shapes, CUDA): {'PASS' if ok else 'FAIL'}")
+    if "benches" in parts:
+        log_benches(results)
+    if "engine" in parts:
+        ok = log_engine_checks(results) and ok
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

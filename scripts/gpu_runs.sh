@@ -7,8 +7,9 @@
 # MaskBench's schemas too, as build/conformance/maskbench-dev, for the agents runs). Each mode
 # writes its log (and JSON) under $OUT. Modes:
 #   kernels      the Triton kernel tests at real shapes (attention, KV cache, GEMMs, split-K)
-#   checks       scripts/gpu_checks.py without its kernel tests: decode and prefill kernel timings
-#                (bf16 cache, e4m3 cache, fp8 math), the engine against HF (bf16, fp32, fp8 cache,
+#   benches      scripts/gpu_checks.py's decode and prefill kernel timings (bf16 cache, e4m3 cache,
+#                fp8 math) against the copy bandwidth and SDPA
+#   engine       scripts/gpu_checks.py's engine checks against HF (bf16, unchunked, fp32, fp8 cache,
 #                fp8 attention, fp8 weights, AWQ)
 #   engine-w4    the engine against HF on 4-bit weights in each GPU layout (GDSERVE_PACKED_LAYOUT)
 #   agents       the agents bench (256 schemas), forced text on, then off
@@ -68,8 +69,10 @@ run_mode() {
         python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_triton_paged_attention.py \
             tests/kernels/test_triton_kv_cache.py tests/kernels/test_triton_packed_gemm.py \
             tests/kernels/test_triton_fp8_gemm.py tests/kernels/test_triton_split_k.py 2>&1 | tail -30 ;;
-    checks)
-        PYTHONUNBUFFERED=1 python3 scripts/gpu_checks.py --no-kernel-tests 2>&1 | tail -60 ;;
+    benches)
+        PYTHONUNBUFFERED=1 python3 scripts/gpu_checks.py --no-kernel-tests --no-engine 2>&1 | tail -40 ;;
+    engine)
+        PYTHONUNBUFFERED=1 python3 scripts/gpu_checks.py --no-kernel-tests --no-benches 2>&1 | tail -40 ;;
     engine-w4)
         for layout in rows mma; do
             GDSERVE_PACKED_LAYOUT=$layout PYTHONUNBUFFERED=1 python3 -c "
