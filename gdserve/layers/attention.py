@@ -77,10 +77,14 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
-        self.fp8_math = False  # prefill chunks' dots in fp8 over an e4m3 cache (use_fp8_attention)
-        self.register_buffer("rotation", None, persistent=False)  # [D, D] with fp8_math
+        self.register_buffer("rotation", None, persistent=False)  # [D, D], set by use_fp8_attention
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
+
+    @property
+    def fp8_math(self) -> bool:
+        """Prefill chunks' dots in fp8 over an e4m3 cache, queries and keys turned by `rotation`."""
+        return self.rotation is not None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
@@ -100,5 +104,4 @@ def use_fp8_attention(model: nn.Module, dtype: torch.dtype) -> None:
     device = next(model.parameters()).device
     for module in model.modules():
         if isinstance(module, Attention):
-            module.fp8_math = True
             module.rotation = rotation(module.head_dim).to(device, dtype)
