@@ -9,7 +9,8 @@ which needs outlines-core: carried as a wheel in build/gpu-wheels and installed 
 (gpu_common.setup_imports, the set-up the other GPU scripts share).
 Writes gpu_checks.json, gpu_checks.log and kernel_tests.xml under $OUT (else gpu-results/).
 Exit status 0 only if the kernel tests and the engine checks pass. `--no-kernel-tests`,
-`--no-benches`, `--no-engine` leave those parts out (scripts/gpu_runs.sh runs them as modes).
+`--no-benches`, `--no-engine` leave those parts out (scripts/gpu_runs.sh runs them as modes);
+`-- ARGS` gives pytest a selection of the kernel tests instead of all of them.
 """
 import json
 import os
@@ -34,9 +35,10 @@ def log(*parts) -> None:
 
 
 # ---- 1. kernel tests --------------------------------------------------------------------------
-def run_kernel_tests() -> dict:
+def run_kernel_tests(selection: list[str]) -> dict:
+    """selection: pytest's arguments (files, -k, --deselect); default every Triton kernel test."""
     import pytest
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "kernels").glob("test_triton_*.py"))
+    files = selection or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "kernels").glob("test_triton_*.py"))
     start = time.perf_counter()
     code = pytest.main(["-q", "-p", "no:cacheprovider", f"--junitxml={OUT / 'kernel_tests.xml'}", *files])
     return {"exit_code": int(code), "passed": int(code) == 0, "seconds": round(time.perf_counter() - start, 1)}
@@ -273,7 +275,7 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
         source = llm.engine.model if quantization is None else \
             load_model(tmp, getattr(torch, dtype), DEVICE, load_format="dummy")[0]
         if quantization == "awq":
-            copy_dequantized(llm.engine.model, source)
+            copy_weights(llm.engine.model, source)
         hf = hf_model_from(source, AutoConfig.from_pretrained(tmp), attention=attention)
         if quantization == "fp8":
             fake_quant_fp8_linears(hf)
@@ -319,12 +321,17 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
             "passed": identical >= 0.95 or near_ties or as_close_as_hf(against_fp32, quantization)}
 
 
-def copy_dequantized(packed_model, dense_model) -> None:
-    """Each PackedLinear's weight, dequantized, into the dense model's layer of the same name."""
+def copy_weights(packed_model, dense_model) -> None:
+    """The packed model's weights into the dense one: each PackedLinear's dequantized into the
+    layer of the same name, every other parameter as it is (random init draws the two models'
+    weights in different orders: past the first linear layer, the same seed gives other values)."""
     from gdserve.layers.packed_linear import PackedLinear
     for name, module in packed_model.named_modules():
         if isinstance(module, PackedLinear):
             dense_model.get_submodule(name).weight.data.copy_(module.packed.dequantize().t())
+    dense = dict(dense_model.named_parameters())
+    for name, param in packed_model.named_parameters():
+        dense[name].data.copy_(param.data)
 
 
 def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
@@ -403,17 +410,21 @@ def log_engine_checks(results: dict) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """argv: --no-kernel-tests, --no-benches, --no-engine leave those parts out."""
-    parts = {"kernel-tests", "benches", "engine"} - {a.removeprefix("--no-") for a in argv}
+    """argv: --no-kernel-tests, --no-benches, --no-engine leave those parts out; anything after
+    `--` selects the kernel tests (pytest's arguments)."""
+    selection = argv[argv.index("--") + 1:] if "--" in argv else []
+    flags = argv[:len(argv) - len(selection)]
+    parts = {"kernel-tests", "benches", "engine"} - {a.removeprefix("--no-") for a in flags}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gpu_checks.log").write_text("")
     setup_imports()
+    sys.path.append(str(ROOT))  # tests.helpers: the engine checks' HF attention and W8A8
     import torch
     import triton
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     log(json.dumps(results))
     if "kernel-tests" in parts:
-        results["kernel_tests"] = run_kernel_tests()
+        results["kernel_tests"] = run_kernel_tests(selection)
         log("kernel tests:", json.dumps(results["kernel_tests"]))
     if "benches" in parts:
         results["decode_bench"] = bench_decode(copy_bandwidth_gbs())

@@ -6,7 +6,8 @@
 # run from the checkout there, sent with build/gpu-wheels and build/tokenizer (`make gpu-carry`;
 # MaskBench's schemas too, as build/conformance/maskbench-dev, for the agents runs). Each mode
 # writes its log (and JSON) under $OUT. Modes:
-#   kernels      the Triton kernel tests at real shapes (attention, KV cache, GEMMs, split-K)
+#   kernels      the Triton kernel tests at real shapes (KERNEL_TESTS from the environment: pytest's
+#                arguments selecting some; default all)
 #   benches      scripts/gpu_checks.py's decode and prefill kernel timings (bf16 cache, e4m3 cache,
 #                fp8 math) against the copy bandwidth and SDPA
 #   engine       scripts/gpu_checks.py's engine checks against HF (bf16, unchunked, fp32, fp8 cache,
@@ -16,8 +17,8 @@
 #   guided       the standard guided workload, forced text on, then off
 #   forced-text  `gdserve bench forced-text` (outputs with and without forced text)
 #   w4           scripts/packed_gemm_gpu.py (MS=1,16,64 and SWEEP=0|1 from the environment)
-#   w4-e2e       `bench latency` at batch 1 and 64, bf16 against AWQ in each layout
-#   w4-random    random_workload(), bf16 against AWQ in each layout
+#   w4-e2e       `bench latency` at batch 1 and 64, bf16 against AWQ in each layout (W4_LAYOUTS: some)
+#   w4-random    random_workload(), bf16 against AWQ in each layout (W4_LAYOUTS: some)
 #   trtllm       scripts/trtllm_rows_gpu.py (ROWS, TRT_MODES and SCALE from the environment)
 set -uo pipefail
 R=$PWD
@@ -57,7 +58,7 @@ on_off() {  # WORKLOAD: forced text on, then off
 w4_layouts() {  # "bf16", "awq rows", "awq mma": the engine's runs of one command per weight format
     local name=$1; shift
     echo "=== $name bf16"; cli "$@" --output-json "$OUT/${name}_bf16.json" 2>&1 | tail -4
-    for layout in rows mma; do
+    for layout in ${W4_LAYOUTS:-rows mma}; do
         echo "=== $name awq $layout"
         GDSERVE_PACKED_LAYOUT=$layout cli "$@" --quantization awq --output-json "$OUT/${name}_awq_$layout.json" 2>&1 | tail -4
     done
@@ -66,9 +67,8 @@ w4_layouts() {  # "bf16", "awq rows", "awq mma": the engine's runs of one comman
 run_mode() {
     case $1 in
     kernels)
-        python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_triton_paged_attention.py \
-            tests/kernels/test_triton_kv_cache.py tests/kernels/test_triton_packed_gemm.py \
-            tests/kernels/test_triton_fp8_gemm.py tests/kernels/test_triton_split_k.py 2>&1 | tail -30 ;;
+        # shellcheck disable=SC2086  # KERNEL_TESTS: pytest's arguments, split
+        PYTHONUNBUFFERED=1 python3 scripts/gpu_checks.py --no-benches --no-engine -- ${KERNEL_TESTS:-} 2>&1 | tail -30 ;;
     benches)
         PYTHONUNBUFFERED=1 python3 scripts/gpu_checks.py --no-kernel-tests --no-engine 2>&1 | tail -40 ;;
     engine)
@@ -96,14 +96,14 @@ print('awq $layout', json.dumps(r)); sys.exit(0 if r['passed'] else 1)"
         done ;;
     w4-random)
         setup
-        for q in none awq; do
-            for layout in rows mma; do
-                [ $q = none ] && [ $layout = mma ] && continue
-                flag=""; [ $q = awq ] && flag="--quantization awq"
-                echo "=== random $q $layout"
-                GDSERVE_PACKED_LAYOUT=$layout cli bench throughput /tmp/m --workload random --load-format dummy \
-                    --dtype bfloat16 --skip-hf $flag --output "$OUT/random_${q}_$layout.json" 2>&1 | grep -v "it/s" | tail -6
-            done
+        random_run() {  # NAME [FLAGS]: random_workload() on the 8B shape
+            echo "=== random $1"
+            cli bench throughput /tmp/m --workload random --load-format dummy --dtype bfloat16 --skip-hf "${@:2}" \
+                --output "$OUT/random_$1.json" 2>&1 | grep -v "it/s" | tail -6
+        }
+        random_run bf16
+        for layout in ${W4_LAYOUTS:-rows mma}; do
+            GDSERVE_PACKED_LAYOUT=$layout random_run "awq_$layout" --quantization awq
         done ;;
     trtllm)
         PYTHONUNBUFFERED=1 python3 scripts/trtllm_rows_gpu.py --modes "${TRT_MODES:-fp8}" \
