@@ -1,12 +1,12 @@
-"""Attention with fp8 math, as FA3 and TensorRT-LLM run it over an fp8 KV cache: the torch
-reference of the Triton kernels' FP8_MATH, and the CPU path where it is asked for.
+"""Attention with fp8 scores over an fp8 KV cache: the torch reference of the Triton prefill
+kernel's FP8_MATH, and the CPU path where it is asked for.
 
 Over an e4m3 cache (scale 1.0) each query row (one token's head) goes to e4m3 with its own scale
-(its largest magnitude to FP8_MAX); a score is the fp8 dot times that scale and the softmax scale,
-in float32; the probabilities go to e4m3 times P_SCALE; the output is their dot with V over the
-sum of those same quantized probabilities, so the weights sum to one. The kernels take the softmax
-a tile at a time, quantizing each probability against the running maximum rather than the row's:
-the same rounding, applied at other points.
+(its largest magnitude to FP8_MAX); a score is the fp8 dot of that row with the cached key times
+the row's scale and the softmax scale, in float32. The probabilities multiply V in float16, which
+holds the cache's e4m3 values exactly, and their float32 sum divides. The scores' dot is where fp8
+pays on a GPU (twice float16's tensor-core rate; the P.V dot in fp8 measured slower in Triton, the
+module kernels/triton/paged_attention.py says why).
 
 Queries and keys are turned by one fixed orthogonal matrix (`rotation`) before the keys are
 cached, as FA3's incoherent processing does: their dot products stay, while a score that a few
@@ -19,9 +19,6 @@ from functools import cache
 import torch
 
 FP8_MAX = 448.0  # e4m3's largest finite value
-# A power of two (exact) that moves e4m3's smallest subnormal, 2^-9, down to 2^-17 for the
-# probabilities; it cancels in the division by their sum.
-P_SCALE = 256.0
 MIN_HEAD_DIM = 32  # an fp8 tensor-core dot takes 32 values of its inner dimension a step
 
 
@@ -65,5 +62,4 @@ def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     p = torch.exp(s - s.amax(-1, keepdim=True))
-    p = (p * P_SCALE).to(torch.float8_e4m3fn).float()
-    return (p @ v.float()) / p.sum(-1, keepdim=True)
+    return (p.half().float() @ v.float()) / p.sum(-1, keepdim=True)

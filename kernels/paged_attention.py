@@ -141,8 +141,8 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     k_cache/v_cache: [num_blocks, block_size, KVH, D] (already holding the new tokens).
     block_tables: [S, max_blocks] int32; seq_lens_tensor: [S] (seq_lens on the device);
     query_start_loc: [S + 1] int32 on the device, the cumulative query_lens (CUDA; built if None).
-    fp8_math: the prefill chunks' dots in fp8 over an e4m3 cache (kernels/fp8_attention.py; decode
-    rows keep exact dots). Returns [T, H, D]."""
+    fp8_math: the prefill chunks' score dots in fp8 over an e4m3 cache (kernels/fp8_attention.py;
+    decode rows keep exact dots). Returns [T, H, D]."""
     if fp8_math and k_cache.dtype != torch.float8_e4m3fn:
         raise ValueError(f"fp8 attention math needs an e4m3 cache, not {k_cache.dtype}")
     if _triton_ok(query, k_cache, fp8_math):

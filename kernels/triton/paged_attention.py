@@ -5,12 +5,13 @@ tokens may span several cache blocks, so each token row finds its block through 
 The caches may be fp8 (e4m3 / e5m2, scale 1.0): the dots then run in float16, which holds every
 fp8 value exactly (widening to bfloat16 instead measured 0.87-0.95x the bf16 cache's decode speed
 on an H200, float16 1.1x: at half the bytes, the memory does not bound it there). With FP8_MATH
-(an e4m3 cache; prefill chunks) the dots run in fp8 instead, at twice float16's tensor-core rate,
-as FA3 and TensorRT-LLM's fp8 context attention do: each query row quantized with its own scale
-(its largest magnitude to 448), the cache's K and V as stored, the probabilities times 256 in
-e4m3 (kernels/fp8_attention.py is the same math in torch). Decode keeps its float16 dots: its
-16-row tiles run mma.sync, which Triton gives no fp8 form on sm_90 (it would widen the operands to
-float16 anyway), and a decode step is bound by reading the cache, not by its dots.
+(an e4m3 cache; prefill chunks) the scores' dot runs in fp8, at twice float16's tensor-core rate:
+each query row quantized with its own scale (its largest magnitude to 448), the cache's keys as
+stored (kernels/fp8_attention.py is the same math in torch). P.V stays in float16: an fp8 dot
+takes its second operand with the summed dimension contiguous, which V's tile is not, and the
+transpose Triton adds for it measured slower than the float16 dot. Decode keeps its float16 dots:
+its 16-row tiles run mma.sync, which Triton gives no fp8 form on sm_90 (it would widen the operands
+to float16 anyway), and a decode step is bound by reading the cache, not by its dots.
 Softmax runs in base 2 with the scale folded into log2(e).
 """
 import torch
@@ -22,7 +23,6 @@ from gdserve.kernels.fp8 import is_fp8
 
 _LOG2E = 1.4426950408889634
 _FP8_MAX = tl.constexpr(fp8_attention.FP8_MAX)
-_P_SCALE = tl.constexpr(fp8_attention.P_SCALE)
 MAX_SPLITS = 64  # decode split-K: the partial results are [S, H, splits, D] floats
 
 
@@ -53,10 +53,8 @@ def _attend_tile(q, s_mask, rows, valid, k_cache_ptr, v_cache_ptr, score_scale, 
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
     v = tl.load(v_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    if FP8_MATH:
-        p = (p * _P_SCALE).to(tl.float8e4nv)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
-        p = p.to(tl.float32)  # the sum of what was multiplied, so that the weights sum to one
+    if FP8_MATH:  # q is e4m3 here: P.V in float16
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v.to(tl.float16))
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
@@ -288,7 +286,7 @@ def prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
                              num_warps: int = 4, num_stages: int = 2, fp8_math: bool = False) -> torch.Tensor:
     """Chunk i's queries are q rows query_start_loc[i]:query_start_loc[i+1] (absolute rows of
     q and out, [T, H, D]); block_tables / seq_lens: [C, ...] / [C] for the C chunks.
-    fp8_math: the dots in fp8 over an e4m3 cache (the module's docstring)."""
+    fp8_math: the scores' dot in fp8 over an e4m3 cache (the module's docstring)."""
     num_chunks = seq_lens.shape[0]
     num_heads, head_dim = q.shape[1], q.shape[2]
     _check_fp8_math(fp8_math, k_cache, head_dim)

@@ -100,11 +100,11 @@ def test_prefill(num_heads, num_kv_heads, head_dim, kv_dtype):
 @pytest.mark.parametrize("num_heads,num_kv_heads", GQA[1:])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_prefill_fp8_math(num_heads, num_kv_heads, head_dim):
-    """fp8 dots over an e4m3 cache against the torch math they follow (kernels/fp8_attention.py).
-    The kernel quantizes each probability against the running maximum of its tiles so far, the
-    reference against the row's: roundings of the same size at other points. Most rows agree
-    to 1e-4; a row whose first tiles held a much lower maximum differs by a few percent, as
-    fp8 math does from exact attention."""
+    """fp8 scores over an e4m3 cache against the torch math they follow (kernels/fp8_attention.py).
+    What is left is the output's own rounding (bfloat16 on CUDA: the mean), the probabilities'
+    float16 rounding against the running maximum of the kernel's tiles rather than the row's, and
+    on a GPU a query value that its division puts on the other side of an e4m3 rounding boundary
+    now and then (the worst rows: 5-6% on an H100)."""
     from gdserve.kernels.triton.paged_attention import prefill_attention_triton
     from tests.kernels.test_fp8_attention import fp8_chunk_reference
     page, dtype, e4m3 = 16, ATTN_DTYPE, torch.float8_e4m3fn
@@ -125,7 +125,7 @@ def test_prefill_fp8_math(num_heads, num_kv_heads, head_dim):
         start += q_len
     expected = torch.cat(expected)
     rel = (out.float().cpu() - expected).norm(dim=-1) / expected.norm(dim=-1)
-    assert rel.mean() < 2e-3 and rel.max() < 0.08  # measured 1e-4-4e-4 and 0.027-0.040
+    assert rel.mean() < (3e-3 if dtype == torch.bfloat16 else 2e-4) and rel.max() < (0.08 if dtype == torch.bfloat16 else 2e-3)
 
 
 def test_prefill_fp8_math_refuses_other_caches():
