@@ -20,10 +20,10 @@ class EngineConfig:
     # auto: the model's dtype. fp8 (= fp8_e4m3) / fp8_e5m2 store K and V in 8 bits (scale 1.0,
     # saturating): twice the blocks, half the bytes each decode step reads
     kv_cache_dtype: str = "auto"
-    # With an e4m3 cache: prefill attention's dots in fp8 (queries quantized per row, probabilities
-    # in e4m3), at twice float16's tensor-core rate, as FA3 and TensorRT-LLM's fp8 context
-    # attention, with queries and keys turned by a fixed rotation first (the cache holds the
-    # turned keys); decode keeps exact dots over the cache (docs/quantization.md)
+    # With an e4m3 cache: prefill attention's scores in fp8 (queries quantized per row), at twice
+    # float16's tensor-core rate, as FA3 and TensorRT-LLM's fp8 context attention, with queries
+    # and keys turned by a fixed rotation first (the cache holds the turned keys); P.V and decode
+    # keep exact float16 dots over the cache (docs/quantization.md)
     fp8_attention: bool = False
     load_format: str = "auto"             # "dummy": random weights of the model's shapes
     # None: weights in `dtype`, unless config.json's quantization_config names awq or gptq. "fp8": the

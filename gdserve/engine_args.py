@@ -11,9 +11,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES],
                         help="auto: the model's dtype; fp8 (e4m3) / fp8_e5m2: 8-bit K/V, scale 1.0")
     parser.add_argument("--fp8-attention", action="store_true",
-                        help="with --kv-cache-dtype fp8: prefill attention's dots in fp8 (queries and "
-                             "probabilities quantized, queries and keys turned by a fixed rotation first; "
-                             "decode keeps exact dots over the cache)")
+                        help="with --kv-cache-dtype fp8: prefill attention's scores in fp8 (queries "
+                             "quantized per row, queries and keys turned by a fixed rotation first; "
+                             "P.V and decode keep exact dots over the cache)")
     parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS,
                         help="fp8: linear layers in fp8 e4m3 (a scale per output channel), activations "
                              "quantized per token (W8A8; CUDA compute capability 8.9+, or CPU). awq | gptq | "

@@ -175,7 +175,7 @@ def bench_prefill() -> dict:
     rng = random.Random(0)
     fresh = [rng.randint(128, 1024) for _ in range(14)]
     cases = {"fresh": (fresh, [0] * len(fresh)), "after_context": ([512] * 16, [rng.randint(128, 1024) for _ in range(16)]),
-             "equal_1024": ([1024] * 8, [0] * 8)}
+             "equal_1024": ([1024] * 8, [0] * 8), "long_2048": ([2048] * 4, [0] * 4)}
     results = {}
     scale = 128 ** -0.5
     for name, (query_lens, contexts) in cases.items():
