@@ -15,7 +15,6 @@ and new ones are prefilled beside the decodes (the steady state of a long run); 
 Writes trtllm_rows.json (and trtllm_rows_profile.txt) under $OUT."""
 import argparse
 import cProfile
-import gc
 import io
 import json
 import pstats
@@ -140,7 +139,7 @@ def main() -> None:
     import torch
     from gdserve.bench.dataset_throughput import measure
     from gdserve.bench.datasets.random_tokens import allowed_token_ids, random_requests
-    from gdserve.bench.offline import warm_llm
+    from gdserve.bench.offline import collect_engines, warm_llm
     from gdserve.models.loader import load_tokenizer
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -199,8 +198,7 @@ def main() -> None:
             timer.restore()  # its patch holds the engine, whose KV cache fills the device
             llm.engine.close()
             del llm, timer
-            gc.collect()
-            torch.cuda.empty_cache()
+            collect_engines()
 
 
 if __name__ == "__main__":

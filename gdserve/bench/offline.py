@@ -63,8 +63,15 @@ def timed_run(requests: list[dict], model: str, engine_args: dict, lora_requests
                num_swap_outs=llm.engine.scheduler.num_swap_outs)
     llm.engine.close()
     del llm
-    gc.unfreeze()  # warm_llm froze the engine's objects out of collection
+    collect_engines()
+    return run
+
+
+def collect_engines() -> None:
+    """Free the memory of engines closed and no longer referenced: warm_llm froze their objects
+    out of collection (gc.freeze), and an engine's reference cycles hold its KV cache until
+    they are collected."""
+    gc.unfreeze()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return run

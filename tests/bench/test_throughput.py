@@ -1,9 +1,13 @@
 """`gdserve bench throughput`'s runs on the tiny model: what each reports, and that the warm-up
 leaves the engine as the timed runs need it (no cached prompt, no block held)."""
+import gc
+import weakref
+
 import pytest
 
-from gdserve.bench.offline import warm_llm
+from gdserve.bench.offline import collect_engines, warm_llm
 from gdserve.bench.throughput import run_engine, run_guided_vs_unguided
+from gdserve.utils import settle_gc
 
 ENGINE_ARGS = {"dtype": "float32", "max_num_batched_tokens": 64, "kv_cache_memory": 1 << 22, "block_size": 4,
                "grammar_compile_timeout_s": 60}
@@ -24,6 +28,22 @@ def test_warm_up_leaves_nothing_cached(tiny_llama_dir):
     from gdserve import SamplingParams
     outputs = llm.generate(prompts, SamplingParams(max_tokens=2, temperature=0.0))
     assert [o.num_cached_tokens for o in outputs] == [0] * len(prompts)
+
+
+def test_a_closed_warm_engine_is_collected(tiny_llama_dir):
+    """warm_llm freezes the engine's objects out of collection (gc.freeze): an engine in a
+    reference cycle at that point (one of CUDA's outlived a closed engine's del and gc.collect,
+    and its KV cache filled the device) is freed by collect_engines."""
+    llm = warm_llm(str(tiny_llama_dir), ENGINE_ARGS, [{"prompt_token_ids": [5, 6, 7]}])
+    llm.engine.itself = llm.engine
+    settle_gc()  # the cycle frozen with the rest, as warm-up freezes an engine's own
+    engine = weakref.ref(llm.engine)
+    llm.engine.close()
+    del llm
+    gc.collect()
+    assert engine() is not None
+    collect_engines()
+    assert engine() is None
 
 
 def test_engine_run_reports_every_requested_token(tiny_llama_dir):
