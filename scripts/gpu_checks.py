@@ -284,8 +284,8 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
     hf_lps = [hf_first_logprobs(hf, p) for p in prompts]
     first_lp_err = [abs(lp - float(h[o[0]])) for lp, h, o in zip(ours_lps, hf_lps, ours)]
     against_fp32 = {}
-    if dtype == "bfloat16" and kv_cache_dtype == "auto":  # how far bf16 sits from float32, ours and HF's
-        hf32 = hf_model_from(source, hf.config, torch.float32)
+    if dtype == "bfloat16" and (kv_cache_dtype == "auto" or fp8_attention):  # how far bf16 sits from float32
+        hf32 = hf_model_from(source, hf.config, torch.float32, attention=attention)
         if quantization is not None:
             fake_quant_fp8_linears(hf32)
         truth = [hf_first_logprobs(hf32, p) for p in prompts]
@@ -318,7 +318,8 @@ def engine_check(num_layers: int = 4, steps: int = 32, tolerance: float = 0.1, d
             **against_fp32,
             "divergences": divergences, "logit_tolerance": tolerance, "engine_seconds": round(engine_s, 2),
             "forward_clock_ms": None if forward_s is None else round(1e3 * forward_s, 3),
-            "passed": identical >= 0.95 or near_ties or as_close_as_hf(against_fp32, quantization)}
+            "passed": identical >= 0.95 or near_ties or
+                      as_close_as_hf(against_fp32, quantization is not None or fp8_attention)}
 
 
 def copy_weights(packed_model, dense_model) -> None:
@@ -334,7 +335,7 @@ def copy_weights(packed_model, dense_model) -> None:
         dense[name].data.copy_(param.data)
 
 
-def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
+def as_close_as_hf(against_fp32: dict, coarse_rounding: bool) -> bool:
     """W8A8 at real shapes is chaotic under any difference in rounding: a value near an fp8
     rounding boundary moves a whole fp8 step (~6%) for a 1e-7 change, and each layer spreads
     that. By the fourth layer two correct W8A8 runs differ as much as W8A8 differs from bf16
@@ -344,8 +345,9 @@ def as_close_as_hf(against_fp32: dict, quantization: str | None) -> bool:
     (Fp8Linear at real shapes) and on the CPU (tiny model, token for token), and here the check
     is that ours sits about as far from float32 W8A8 as HF's own bf16 does. The mean over 16
     prompts is noisy (from run to run, ours 1.2-1.5x HF's), hence 2x; a wrong scale is off by
-    whole nats."""
-    if quantization is None or not against_fp32:
+    whole nats. fp8 attention rounds each query row to e4m3 likewise, and 4-bit weights are
+    checked the same way."""
+    if not coarse_rounding or not against_fp32:
         return False
     return against_fp32["ours_bf16_vs_hf_fp32_first_logprob_err_mean"] <= \
         2 * against_fp32["hf_bf16_vs_hf_fp32_first_logprob_err_mean"]
