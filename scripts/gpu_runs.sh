@@ -19,10 +19,8 @@
 #   w4           scripts/packed_gemm_gpu.py (MS=1,16,64 and SWEEP=0|1 from the environment)
 #   w4-e2e       `bench latency` at batch 1 and 64, bf16 against AWQ in each layout (W4_LAYOUTS: some)
 #   w4-random    random_workload(), bf16 against AWQ in each layout (W4_LAYOUTS: some)
-#   trtllm       scripts/trtllm_rows_gpu.py, a process per mode (ROWS, TRT_MODES and SCALE from the
-#                environment), each under $OUT/trtllm_MODE
+#   trtllm       scripts/trtllm_rows_gpu.py (ROWS, TRT_MODES and SCALE from the environment)
 set -uo pipefail
-TRT_MODES=${TRT_MODES:-fp8}
 R=$PWD
 T=/tmp/gd
 OUT=${OUT:-$R/gpu-results}
@@ -108,13 +106,8 @@ print('awq $layout', json.dumps(r)); sys.exit(0 if r['passed'] else 1)"
             GDSERVE_PACKED_LAYOUT=$layout random_run "awq_$layout" --quantization awq
         done ;;
     trtllm)
-        # A process a mode: on an 80 GB card the second engine of one process ran out of memory
-        # (the first one's, closed and collected, was not all returned).
-        for m in ${TRT_MODES//,/ }; do
-            mkdir -p "$OUT/trtllm_$m"
-            OUT="$OUT/trtllm_$m" PYTHONUNBUFFERED=1 python3 scripts/trtllm_rows_gpu.py --modes "$m" \
-                --rows "${ROWS:-2048/2048}" --scale "${SCALE:-1.0}" 2>&1 | grep -v "it/s" | tail -20
-        done ;;
+        PYTHONUNBUFFERED=1 python3 scripts/trtllm_rows_gpu.py --modes "${TRT_MODES:-fp8}" \
+            --rows "${ROWS:-2048/2048}" --scale "${SCALE:-1.0}" 2>&1 | grep -v "it/s" | tail -40 ;;
     *)
         echo "unknown mode $1" >&2; return 2 ;;
     esac
