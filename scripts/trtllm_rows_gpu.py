@@ -72,12 +72,40 @@ class StepTimer:
             batch = len(engine.scheduler.running)
             decode_only = not engine.scheduler.waiting and all(
                 s.num_computed_tokens >= s.num_tokens - 1 for s in engine.scheduler.running)
+            timer.decode_only = decode_only
             outputs = step()
             timer.steps.append((time.perf_counter() - start, timer.waited - waited, batch, decode_only))
             return outputs
         HostSamplerOutput.wait = timed_wait
         engine.step = timed_step
         self.restore = lambda: setattr(HostSamplerOutput, "wait", wait)
+        self.events, self.decode_only = [], False  # (forward's start, its logits' end, decode only) per forward
+        execute_step = engine.runner.execute_step
+
+        def timed_execute_step(*args, **kwargs):
+            import torch
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            logits = execute_step(*args, **kwargs)
+            end.record()
+            timer.events.append((start, end, timer.decode_only))
+            return logits
+        engine.runner.execute_step = timed_execute_step
+
+    def device_gaps(self) -> dict:
+        """The device's view of decode-only and mixed forwards: a forward's span (its first launch
+        to its logits) and the time until the next forward starts (sampling's kernels and the
+        device's idle time), means in ms."""
+        import torch
+        torch.cuda.synchronize()
+        events, self.events = self.events, []
+        result = {}
+        for kind, decode_only in (("decode", True), ("mixed", False)):
+            pairs = [(s, e, s2) for (s, e, d), (s2, _, _) in zip(events, events[1:]) if d == decode_only]
+            n = max(len(pairs), 1)
+            result[kind] = {"forward_span_ms": round(sum(s.elapsed_time(e) for s, e, _ in pairs) / n, 2),
+                            "to_next_forward_ms": round(sum(e.elapsed_time(s2) for _, e, s2 in pairs) / n, 2)}
+        return result
 
     def summary(self) -> dict:
         def part(rows):
@@ -86,7 +114,8 @@ class StepTimer:
                     "mean_ms": round(1e3 * sum(r[0] for r in rows) / n, 2),
                     "mean_wait_ms": round(1e3 * sum(r[1] for r in rows) / n, 2),
                     "mean_batch": round(sum(r[2] for r in rows) / n, 1)}
-        result = {"decode": part([s for s in self.steps if s[3]]), "mixed": part([s for s in self.steps if not s[3]])}
+        result = {"decode": part([s for s in self.steps if s[3]]), "mixed": part([s for s in self.steps if not s[3]]),
+                  "device": self.device_gaps()}
         self.steps = []
         return result
 

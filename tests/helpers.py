@@ -146,7 +146,8 @@ def scattered_block_table(num_blocks: int) -> list[int]:
 def run_chunks(model: LlamaForCausalLM, token_ids: list[int], chunk_sizes: list[int],
                block_size: int = 4) -> torch.Tensor:
     """Feed one sequence through a fresh paged cache in chunks (a prefill, later chunks, decodes of
-    size 1) over a scattered block table. Returns every token's logits [len(token_ids), V] fp32."""
+    size 1) over a scattered block table. Returns every token's logits [len(token_ids), V] in the
+    LM head's dtype."""
     assert sum(chunk_sizes) == len(token_ids)
     table = scattered_block_table(-(-len(token_ids) // block_size))
     bind_kv_cache(model, 2 * len(table), block_size)

@@ -198,12 +198,15 @@ class ModelRunner:
     def dummy_step(self, num_tokens: int, max_model_len: int, num_sampled: int = 0) -> torch.Tensor:
         """A forward over the step dummy_step_lens describes, on blocks 0.. (the caller makes
         sure they are free and enough: dummy_step_blocks), and the logits of num_sampled of its
-        rows, as a step sampling that many would; returns the hidden states."""
+        rows, with the sampler's float32 copy beside them, as a step sampling that many would;
+        returns the hidden states."""
         lens, tables = dummy_step_tables(num_tokens, max_model_len, self.block_size)
         positions, meta = AttentionMetadata.build(tables, [0] * len(lens), lens, self.block_size, self.device)
         hidden = self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), positions, meta)
         if num_sampled:
-            self.model.compute_logits(hidden[:num_sampled])
+            logits = self.model.compute_logits(hidden[:num_sampled])
+            if logits is not None:
+                logits.float()  # held with the logits at the peak: what the sampler's copy takes
         return hidden
 
     def _distinct_linears(self) -> list[torch.nn.Module]:

@@ -5,6 +5,10 @@ temperature -> top_k -> top_p -> min_p -> a draw from the softmax. On the device
 drawn in one pass (gumbel_argmax: temperature and noise fused, greedy rows at temperature 0); on
 the CPU by the inverse CDF. A feature no row uses is None in the SamplingBatch and costs
 nothing, so an all-greedy batch is one argmax.
+
+The logits come in the model's dtype. Everything but the one-pass draw and the argmax reads a
+float32 copy (exact from bfloat16 and float16, so every result is that of float32 logits): a
+batch that needs neither a feature nor the inverse CDF reads the model's logits once, as they are.
 """
 import itertools
 from dataclasses import dataclass
@@ -57,6 +61,13 @@ class SamplingBatch:
     def truncates(self) -> bool:
         """Whether some row uses top_k, top_p or min_p."""
         return self.top_k is not None or self.top_p is not None or self.min_p is not None
+
+    @property
+    def needs_float32(self) -> bool:
+        """Whether some row reads or updates the logits before the draw (logit_bias, min_tokens,
+        penalties, logprobs, truncation): all of that runs on float32 logits."""
+        return (self.logit_bias is not None or self.min_tokens_mask is not None or self.repetition is not None
+                or self.frequency_presence is not None or self.max_num_logprobs is not None or self.truncates)
 
     @classmethod
     def build(cls, params: list[SamplingParams], token_ids: list[list[int]], num_prompt_tokens: list[int],
@@ -188,12 +199,16 @@ class Sampler:
         self.one_pass_draw = one_pass_draw
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
-        """logits: [N, V] float32; modified in place."""
+        """logits: [N, V] in the model's dtype (float32, bfloat16 or float16); may be modified in
+        place, so the caller must not read them afterwards. Read in that dtype only by the
+        one-pass draw and the argmax; everything else reads a float32 copy."""
+        one_pass = logits.is_cuda if self.one_pass_draw is None else self.one_pass_draw
+        if batch.needs_float32 or (not one_pass and batch.sample_rows.numel()):  # the inverse CDF's softmax too
+            logits = logits.float()
         logits = self.process_logits(logits, batch)
         # Logprobs describe the processed distribution before temperature and truncation
         # (what the model, with the request's biases and penalties, assigns to each token).
         logprobs = torch.log_softmax(logits, dim=-1) if batch.max_num_logprobs is not None else None
-        one_pass = logits.is_cuda if self.one_pass_draw is None else self.one_pass_draw
         if one_pass and batch.sample_rows.numel():
             token_ids = draw_in_one_pass(logits, batch)
         elif batch.all_sampled:

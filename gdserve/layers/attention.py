@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from gdserve.kernels import paged_attention, write_kv_cache
-from gdserve.kernels.fp8_attention import rotate, rotation
+from gdserve.kernels.fp8_attention import rotation
 from gdserve.utils import to_device
 
 # Output tokens added at most this many at once (forced text) attend as one decode row per token:
@@ -71,7 +71,9 @@ def _padded(block_tables: list[list[int]]) -> np.ndarray:
 
 class Attention(nn.Module):
     """Paged attention over this layer's slice of the KV cache. The ModelRunner binds
-    k_cache / v_cache ([num_blocks, block_size, KVH, D]) after allocating the cache."""
+    k_cache / v_cache ([num_blocks, block_size, KVH, D]) after allocating the cache. With
+    `rotation` set (fp8_math) the model turns queries and keys by it before they come here (the
+    rotary embedding's pass does it: kernels/rotary.py), and the cache holds the turned keys."""
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
@@ -89,8 +91,6 @@ class Attention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KVH, D] -> [T, H * D]"""
-        if self.fp8_math:  # the cache holds the turned keys; every query is turned alike
-            q, k = rotate(q, self.rotation), rotate(k, self.rotation)
         write_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         out = paged_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.seq_lens_tensor,
                               meta.query_lens, meta.seq_lens, meta.num_decodes, self.scale,

@@ -32,13 +32,14 @@ class VocabParallelEmbedding(nn.Module):
         return tensor_model_parallel_all_reduce(out)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        """[N, hidden] -> [N, vocab] float32 on rank 0; None on the other ranks."""
+        """[N, hidden] -> [N, vocab] in the weight's dtype on rank 0; None on the other ranks.
+        Not widened to float32: the sampler makes that copy only where it needs one."""
         logits = tensor_model_parallel_gather(F.linear(hidden, self.weight))
         if logits is None:
             return None
         if logits.shape[-1] != self.num_embeddings:
             logits = logits[:, :self.num_embeddings]
-        return logits.float()
+        return logits
 
     @torch.no_grad()
     def weight_loader(self, param: torch.Tensor, tensor: CheckpointTensor, index: int = 0) -> None:

@@ -42,8 +42,9 @@ class LlamaAttention(nn.Module):
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
         qk, v = self.qkv_proj(x).split([self.q_size + self.kv_size, self.kv_size], dim=-1)
-        # q and k sit side by side in the projection: one rotation covers both.
-        qk = apply_rotary(qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope)
+        # q and k sit side by side in the projection: one pass turns both (by the rotary
+        # embedding, then by fp8 attention's rotation where it is on).
+        qk = apply_rotary(qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope, self.attn.rotation)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(self.attn(q, k, v, meta))      # attn: [T, H * D]
@@ -166,7 +167,7 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"{name}: {e}") from None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        """[N, hidden] -> [N, vocab] float32 (None on tensor-parallel ranks other than 0)"""
+        """[N, hidden] -> [N, vocab] in the LM head's dtype (None on tensor-parallel ranks other than 0)"""
         return self.lm_head.compute_logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, CheckpointTensor]]) -> None:

@@ -1,5 +1,6 @@
 """The offline engine against HF transformers `generate` on the same weights, plus batching,
 prefix caching, preemption, seeding, stop handling and argument checks."""
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from gdserve.engine.model_runner import (dummy_step_blocks, dummy_step_lens, gem
 from gdserve.layers.attention import Attention
 from gdserve.layers.quantization import Fp8Linear
 from gdserve.models.config import ModelConfig
+from gdserve.sampling_params import StructuredOutputsParams
 from tests.helpers import fake_quant_fp8_linears, fp8_prefill_attention, rounded_kv_attention
 
 PROMPTS = [
@@ -289,6 +291,31 @@ def test_logprobs_are_returned_per_token(tiny_llm, tiny_prompts):
         assert token_id in entry and 3 <= len(entry) <= 4
         assert entry[token_id] == max(entry.values())  # greedy picks the most likely token
     assert out.cumulative_logprob == pytest.approx(sum(e[t] for t, e in zip(out.token_ids, out.logprobs)), abs=1e-4)
+
+
+def test_bfloat16_logits_give_the_tokens_and_logprobs_of_float32_ones(tiny_llama_dir, tiny_prompts):
+    """A bfloat16 model's logits reach the sampler as they are: greedy and plain seeded requests
+    draw from them directly (on CUDA), requests with logprobs or a grammar read them widened to
+    float32 (logprobs not rounded to bfloat16), and the tokens agree. Each kind runs in a batch
+    of its own, since one request with logprobs widens its whole batch."""
+    llm = LLM(str(tiny_llama_dir), dtype="bfloat16", kv_cache_memory=1 << 22, block_size=4,
+              enable_prefix_caching=False, grammar_cache_dir=None)  # no cache hit: each run computes alike
+    prompts = [{"prompt_token_ids": ids} for ids in tiny_prompts[:6]]
+
+    def run(**kw) -> list:
+        params = [SamplingParams(max_tokens=12, ignore_eos=True, seed=i, **kw) for i in range(len(prompts))]
+        return [o.outputs[0] for o in llm.generate(prompts, params)]
+
+    for temperature in (0.0, 0.8):
+        plain, with_logprobs = run(temperature=temperature), run(temperature=temperature, logprobs=2)
+        assert [o.token_ids for o in plain] == [o.token_ids for o in with_logprobs]
+    logprobs = [v for o in with_logprobs for entry in o.logprobs for v in entry.values()]
+    assert any(torch.tensor(v).bfloat16().item() != v for v in logprobs)
+    guided = SamplingParams(max_tokens=8, temperature=1.0, seed=3,
+                            structured_outputs=StructuredOutputsParams(regex=r"[0-9]{2,4}"))
+    out = llm.generate(prompts[0], guided)[0].outputs[0]
+    assert re.fullmatch(r"[0-9]{2,4}", out.text)
+    assert_no_leaks(llm)
 
 
 def test_max_tokens_and_finish_reasons(tiny_llm, tiny_prompts):

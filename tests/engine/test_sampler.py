@@ -5,6 +5,8 @@ import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 from gdserve.engine.sampler import Sampler, SamplingBatch, inverse_cdf
+from gdserve.kernels import apply_token_bitmask, gumbel_argmax
+from gdserve.kernels.bitmask import bitmask_width, unpack_bitmask
 from gdserve.sampling_params import SamplingParams
 
 V = 64
@@ -253,3 +255,96 @@ def test_logprob_of_masked_eos_is_minus_inf(one_pass):
     assert ids[0, 0] != EOS
     lp = Sampler.process_logits(logits.clone(), build([SamplingParams()], stop_until_min=[{EOS}]))
     assert math.isinf(lp[0, EOS]) and lp[0, EOS] < 0
+
+
+# ---- logits in the model's dtype ---------------------------------------------------------------
+
+HALF_DTYPES = [torch.bfloat16, torch.float16]
+
+
+def sample_seeded(logits, params, one_pass, seed=0, **kw):
+    """sample() with every row's noise fixed: seeded rows by their own generators, the others by
+    the default RNG reset to seed."""
+    generators = [None if p.seed is None else torch.Generator().manual_seed(p.seed) for p in params]
+    torch.manual_seed(seed)
+    return sample(logits, params, one_pass, generators=generators, **kw)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_plain_sampling_of_half_logits_draws_the_tokens_of_their_float32_copy(dtype, one_pass):
+    half = (random_logits(48, vocab=500, seed=3) * 2).to(dtype)
+    params = [SamplingParams(temperature=t, seed=s) for t, s in
+              [(0, None), (1.0, None), (0.7, 11), (1.3, None), (0, None), (0.5, 12)]] * 8
+    for seed in range(3):
+        out = sample_seeded(half, params, one_pass, seed)
+        assert torch.equal(out.token_ids, sample_seeded(half.float(), params, one_pass, seed).token_ids)
+    greedy_rows = [i for i, p in enumerate(params) if p.temperature == 0]
+    assert torch.equal(out.token_ids[greedy_rows], half.float()[greedy_rows].argmax(-1))
+    sampled_rows = [i for i, p in enumerate(params) if p.temperature > 0]
+    assert not torch.equal(out.token_ids[sampled_rows], half.float()[sampled_rows].argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("params", [
+    [SamplingParams(logprobs=3), SamplingParams(temperature=0, logprobs=0), SamplingParams(temperature=0.8)],
+    [SamplingParams(repetition_penalty=1.4), SamplingParams(temperature=0, frequency_penalty=0.5,
+                                                           presence_penalty=0.3), SamplingParams()],
+    [SamplingParams(top_p=0.6, logprobs=2), SamplingParams(top_k=5, seed=3), SamplingParams(min_p=0.2)],
+    [SamplingParams(logit_bias={7: 3.5}, logprobs=1), SamplingParams(min_tokens=2), SamplingParams(temperature=0)],
+], ids=["logprobs", "penalties", "truncation", "bias_and_min_tokens"])
+def test_features_on_half_logits_give_the_tokens_and_logprobs_of_their_float32_copy(dtype, params, one_pass):
+    rows = params * 6
+    half = random_logits(len(rows), seed=4).to(dtype)
+    kw = dict(outputs=[[1, 5, 5], [9], [EOS, 7]] * 6, stop_until_min=[{EOS, 9}] * len(rows))
+    for seed in range(3):
+        out = sample_seeded(half, rows, one_pass, seed, **kw)
+        ref = sample_seeded(half.float(), rows, one_pass, seed, **kw)
+        assert torch.equal(out.token_ids, ref.token_ids)
+        if ref.logprobs is not None:
+            assert out.logprobs.dtype == torch.float32 and torch.equal(out.logprobs, ref.logprobs)
+        if ref.top_logprobs is not None:
+            assert all(torch.equal(a, b) for a, b in zip(out.top_logprobs, ref.top_logprobs))
+
+
+@pytest.mark.parametrize("params, dtype", [
+    ([SamplingParams(), SamplingParams(temperature=0.6), SamplingParams(temperature=0)], torch.bfloat16),
+    ([SamplingParams(), SamplingParams(logprobs=1)], torch.float32),
+    ([SamplingParams(), SamplingParams(top_p=0.9)], torch.float32),
+    ([SamplingParams(), SamplingParams(top_k=9)], torch.float32),
+    ([SamplingParams(), SamplingParams(repetition_penalty=1.1)], torch.float32),
+    ([SamplingParams(), SamplingParams(logit_bias={3: 1.0})], torch.float32),
+])
+def test_only_a_batch_without_features_draws_from_the_models_dtype(monkeypatch, params, dtype):
+    """The one-pass draw takes bfloat16 logits as they come; a feature first widens them to float32."""
+    from gdserve.engine import sampler
+    seen = []
+
+    def recording(logits, temperature, seeds):
+        seen.append(logits.dtype)
+        return gumbel_argmax(logits, temperature, seeds)
+
+    monkeypatch.setattr(sampler, "gumbel_argmax", recording)
+    sample(random_logits(len(params)).bfloat16(), params, one_pass=True, outputs=[[4]] * len(params))
+    assert seen == [dtype]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_a_grammar_mask_on_half_logits_blocks_the_tokens_it_blocks_in_float32(dtype, one_pass):
+    """apply_token_bitmask in place on the model's logits (bfloat16: the native CPU kernel;
+    float16: the torch reference), then the sampler, as the engine runs them."""
+    n, vocab = 12, 300
+    half = random_logits(n, vocab=vocab, seed=5).to(dtype)
+    bitmask = torch.randint(-2**31, 2**31, (n, bitmask_width(vocab)),
+                            generator=torch.Generator().manual_seed(6), dtype=torch.int64).to(torch.int32)
+    bitmask[0] = 0
+    bitmask[0, 3] = 1 << 4  # one token allowed: 3 * 32 + 4
+    masked, masked_float = half.clone(), half.float()
+    apply_token_bitmask(masked, bitmask)
+    apply_token_bitmask(masked_float, bitmask)
+    assert masked.dtype == dtype and torch.equal(masked.float(), masked_float)
+    allowed = unpack_bitmask(bitmask, vocab)
+    assert torch.equal(torch.isinf(masked), ~allowed) and torch.equal(masked[allowed], half[allowed])
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=1.2, seed=2), SamplingParams()] * 4
+    out = sample_seeded(masked, params, one_pass)
+    assert torch.equal(out.token_ids, sample_seeded(masked_float, params, one_pass).token_ids)
+    assert allowed[torch.arange(n), out.token_ids].all() and out.token_ids[0] == 3 * 32 + 4

@@ -112,10 +112,11 @@ def rms_norm(hidden: int, residual: bool, dtype: torch.dtype = BF16, quant_fp8: 
     rms_norm_triton(x, torch.ones(hidden, dtype=dtype), 1e-5, x.clone() if residual else None, quant_fp8)
 
 
-def rotary(head_dim: int, dtype: torch.dtype = BF16) -> None:
+def rotary(head_dim: int, dtype: torch.dtype = BF16, rotate: bool = False) -> None:
     from gdserve.kernels.triton.rotary import apply_rotary_triton
     cos = torch.ones(4, 1, head_dim // 2, dtype=dtype)
-    apply_rotary_triton(torch.zeros(4, 32, head_dim, dtype=dtype), cos, cos.clone())
+    rotation = torch.eye(head_dim, dtype=dtype) if rotate else None
+    apply_rotary_triton(torch.zeros(4, 32, head_dim, dtype=dtype), cos, cos.clone(), rotation)
 
 
 def silu_and_mul(dtype: torch.dtype = BF16, quant_fp8: bool = False) -> None:
@@ -209,6 +210,7 @@ def _cases() -> dict[str, Callable[[], None]]:
             cases[f"prefill-d{head_dim}-{kv}"] = lambda d=head_dim, kv=kv: prefill(d, kv)
         cases[f"decode-split-d{head_dim}-bf16"] = lambda d=head_dim: decode(d, "bf16", split=True)
         cases[f"rotary-d{head_dim}"] = lambda d=head_dim: rotary(d)
+        cases[f"rotary-rotate-d{head_dim}"] = lambda d=head_dim: rotary(d, rotate=True)
     for head_dim in (32, 256):  # the dispatcher takes any power of two from 16 up
         cases[f"decode-d{head_dim}-bf16"] = lambda d=head_dim: decode(d, "bf16", split=False)
         cases[f"prefill-d{head_dim}-bf16"] = lambda d=head_dim: prefill(d, "bf16")

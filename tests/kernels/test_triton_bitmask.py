@@ -15,7 +15,7 @@ CASES = ([(256, 128256, 4008), (64, 49152, 1536), (7, 32000, 999)] if ON_CUDA
 
 @pytest.mark.parametrize("rows,vocab,words", CASES)
 @pytest.mark.parametrize("with_indices", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_matches_reference(rows, vocab, words, with_indices, dtype):
     from gdserve.kernels.triton.bitmask import apply_token_bitmask_triton
     logits = randn(rows, vocab, dtype=dtype)

@@ -22,7 +22,7 @@ def case(rows: int, vocab: int, dtype: torch.dtype):
 
 
 @pytest.mark.parametrize("rows,vocab", CASES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_matches_reference_token_for_token(rows, vocab, dtype):
     from gdserve.kernels.triton.sampling import gumbel_argmax_triton
     logits, temperature, seeds = case(rows, vocab, dtype)

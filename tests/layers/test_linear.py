@@ -68,16 +68,18 @@ def fp8_row_parallel(rank: int, size: int, device: torch.device) -> None:
 
 def vocab_parallel(rank: int, size: int, device: torch.device) -> None:
     vocab, hidden = 259, 16  # odd: the last rank's rows end in padding
-    weight = seeded(vocab, hidden, seed=1)
-    layer = load(VocabParallelEmbedding(vocab, hidden), [("weight", weight, 0)], device)
-    ids = torch.tensor([0, 5, 129, 130, 258, 7])
-    torch.testing.assert_close(layer(ids.to(device)).cpu(), weight[ids])
-    h = seeded(3, hidden, seed=2)
-    logits = layer.compute_logits(h.to(device))
-    if rank == 0:
-        torch.testing.assert_close(logits.cpu(), h @ weight.T)
-    else:
-        assert logits is None
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = seeded(vocab, hidden, seed=1).to(dtype)
+        layer = load(VocabParallelEmbedding(vocab, hidden).to(dtype), [("weight", weight, 0)], device)
+        ids = torch.tensor([0, 5, 129, 130, 258, 7])
+        torch.testing.assert_close(layer(ids.to(device)).cpu(), weight[ids])
+        h = seeded(3, hidden, seed=2).to(dtype)
+        logits = layer.compute_logits(h.to(device))
+        if rank == 0:  # gathered in the weight's dtype, the padding dropped
+            assert logits.dtype == dtype and logits.shape == (3, vocab)
+            torch.testing.assert_close(logits.cpu(), h @ weight.T)
+        else:
+            assert logits is None
 
 
 def every_layer(rank: int, size: int, device: torch.device) -> None:
