@@ -57,6 +57,7 @@ class StepTimer:
     (near zero: the host is the bottleneck; most of the step: the device is)."""
 
     def __init__(self, engine):
+        import torch
         from gdserve.engine.sampler import HostSamplerOutput
         self.engine, self.steps, self.waited = engine, [], 0.0
         wait, step, timer = HostSamplerOutput.wait, engine.step, self
@@ -83,7 +84,6 @@ class StepTimer:
         execute_step = engine.runner.execute_step
 
         def timed_execute_step(*args, **kwargs):
-            import torch
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             logits = execute_step(*args, **kwargs)
